@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs everything on a fresh Debian 12 machine (as root). Idempotent: each step is stamped with
+# a hash of its inputs, so a second run on a ready machine checks and changes nothing.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../env.sh"
+STAMPS="$ENVS_ROOT/.stamps"
+mkdir -p "$STAMPS"
+log() { echo "[setup] $*" >&2; }
+
+APT_PACKAGES=(slurmctld slurmd slurm-client slurmdbd munge mariadb-server
+  chromium util-linux procps psmisc libvulkan1 vulkan-tools)
+apt_stamp="$(echo "${APT_PACKAGES[*]} mesa-backports" | sha256sum | cut -c1-16)"
+if [ ! -f "$STAMPS/apt.$apt_stamp" ]; then
+  log "Debian packages (Mesa >= 24.3 from bookworm-backports for CPU Vulkan)"
+  src=/etc/apt/sources.list.d/debian.sources
+  uri="$(awk '/^URIs:/{print $2; exit}' "$src" 2>/dev/null || true)"
+  uri="${uri:-http://deb.debian.org/debian}"
+  echo "deb $uri bookworm-backports main" > /etc/apt/sources.list.d/bookworm-backports.list
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${APT_PACKAGES[@]}" >/dev/null
+  apt-get install -y -qq --no-install-recommends -t bookworm-backports mesa-vulkan-drivers >/dev/null
+  touch "$STAMPS/apt.$apt_stamp"
+fi
+
+make_env() {  # make_env NAME REQUIREMENTS_FILE
+  local name="$1" req="$2" dir="$ENVS_ROOT/$1"
+  local stamp; stamp="$(sha256sum "$req" | cut -c1-16)"
+  [ -f "$STAMPS/env-$name.$stamp" ] && [ -x "$dir/bin/python" ] && return 0
+  log "python env '$name' from $req"
+  [ -x "$dir/bin/python" ] || python3.11 -m venv "$dir"
+  "$dir/bin/python" -m pip install -q --upgrade pip >/dev/null
+  "$dir/bin/python" -m pip install -q -r "$req"
+  rm -f "$STAMPS/env-$name".*
+  touch "$STAMPS/env-$name.$stamp"
+}
+req_for() { if [ -f "$EVAL_ROOT/requirements/$1.lock" ]; then echo "$EVAL_ROOT/requirements/$1.lock"; else echo "$EVAL_ROOT/requirements/$1.txt"; fi; }
+make_env sim "$(req_for sim)"
+make_env model "$(req_for model)"
+log "ready: SIM_PY=$SIM_PY MODEL_PY=$MODEL_PY"
