@@ -23,18 +23,17 @@ if [ ! -f "$STAMPS/apt.$apt_stamp" ]; then
   touch "$STAMPS/apt.$apt_stamp"
 fi
 
-make_env() {  # make_env NAME REQUIREMENTS_FILE
-  local name="$1" req="$2" dir="$ENVS_ROOT/$1"
-  local stamp; stamp="$(sha256sum "$req" | cut -c1-16)"
+make_env() {  # make_env NAME: requirements/NAME.txt (what we ask for) + NAME.lock (pinned versions)
+  local name="$1" dir="$ENVS_ROOT/$1" req="$EVAL_ROOT/requirements/$1"
+  local stamp; stamp="$(cat "$req.txt" "$req.lock" | sha256sum | cut -c1-16)"
   [ -f "$STAMPS/env-$name.$stamp" ] && [ -x "$dir/bin/python" ] && return 0
-  log "python env '$name' from $req"
+  log "python env '$name' from requirements/$name.lock"
   [ -x "$dir/bin/python" ] || python3.11 -m venv "$dir"
   "$dir/bin/python" -m pip install -q --upgrade pip >/dev/null
-  "$dir/bin/python" -m pip install -q -r "$req"
+  "$dir/bin/python" -m pip install -q -r "$req.lock" -r "$req.txt"
   rm -f "$STAMPS/env-$name".*
   touch "$STAMPS/env-$name.$stamp"
 }
-req_for() { if [ -f "$EVAL_ROOT/requirements/$1.lock" ]; then echo "$EVAL_ROOT/requirements/$1.lock"; else echo "$EVAL_ROOT/requirements/$1.txt"; fi; }
-make_env sim "$(req_for sim)"
-make_env model "$(req_for model)"
+make_env sim
+make_env model
 log "ready: SIM_PY=$SIM_PY MODEL_PY=$MODEL_PY"
