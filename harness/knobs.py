@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -46,16 +47,18 @@ KNOBS: dict[str, Knob] = {
         Knob("RT_SPP", "1", "ray-tracing samples per pixel (only for rt shaders)"),
         Knob("DENOISER", "none", "ray-tracing denoiser: none, oidn, optix"),
         Knob("RECORD_VIDEO", "1", "1: write videos/seed<N>.mp4 per episode"),
-        Knob("SIM_PIN", "", "simulator pin, e.g. sapien==3.0.2, installed from $WHEELHOUSE"),
+        Knob("SIM_PIN", "", "simulator pin `pkg==ver [companion ...]` from $WHEELHOUSE, e.g. `sapien==3.0.2 setuptools<81`"),
         # queue and worker
         Knob("QUEUE_MODE", "lease", "lease: work-stealing lease queue", False),
         Knob("UNIT_SEEDS", "0", "seeds per unit: 0 = whole (scene, task) cell, k = slices of k", False),
         Knob("EVAL_RESUME_SEEDS", "1", "1: run only seeds not yet recorded", False),
         Knob("LEASE_TTL", "60", "seconds without heartbeat before a lease is reclaimed", False),
         Knob("HEARTBEAT_S", "5", "seconds between lease heartbeats", False),
+        Knob("LEASE_SKEW_S", "5", "tolerance added to LEASE_TTL for clock skew between nodes", False),
         Knob("CRASH_LIMIT", "3", "errored attempts of a unit before it is quarantined", False),
         Knob("STALL_TIMEOUT", "300", "seconds a sim client may make no progress before it is killed", False),
         Knob("PER_TASK_TIMEOUT", "7200", "seconds one unit may take before it is killed", False),
+        Knob("MODEL_START_TIMEOUT", "900", "seconds a worker waits for its model server to be ready", False),
         Knob("WORKERS_PER_GPU", "1", "workers per GPU slot", False),
         Knob("CPU_WORKERS", "1", "workers on a node without GPUs", False),
         # wire
@@ -68,6 +71,16 @@ KNOBS: dict[str, Knob] = {
         Knob("NODE_CACHE", "/tmp/eval_node_cache", "node-local cache for staged envs/checkpoints", False),
         Knob("CACHE_KEEP", "", "checkpoints to keep in the node cache, space separated", False),
         Knob("CACHE_MAX_GB", "40", "node cache size bound in GB", False),
+        # results
+        Knob("RESULTS_VIDEOS", "link", "organize_results video tree: link (relative), copy, none", False),
+        Knob("STAGE_ENVS", "sim model", "envs under $ENVS_ROOT copied into NODE_CACHE (empty: none)", False),
+        Knob("STAGE_BACKBONES", "", "HF hub dirs under $HF_HOME/hub staged with the checkpoint", False),
+        Knob("WHEELHOUSE", "envs/wheelhouse", "SIM_PIN wheels (relative to $EVAL_ROOT unless absolute)", False),
+        Knob("NODE_NAME", "", "node name in worker ids and logs (empty: Slurm node name or hostname)", False),
+        # orchestrators
+        Knob("LAUNCHER", "local", "orchestrators start node pools with: local (run_local.sh) or srun", False),
+        Knob("POOL_NODES", "2", "nodes in an orchestrator's pool (sweep, fill-in, multi-model pool)", False),
+        Knob("SRUN_ARGS", "", "extra srun arguments, e.g. `--partition=gpu --gres=gpu:1`", False),
     ]
 }
 
@@ -102,9 +115,10 @@ def _parse(name: str, kind: type) -> float:
         raise ValueError(f"knob {name}={value!r}: expected {kind.__name__}") from None
 
 
-def contract_knobs() -> dict[str, str]:
-    """The current values of the knobs that define what an eval measures."""
-    return {name: get(name) for name, knob in KNOBS.items() if knob.contract}
+def contract_knobs(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The values of the knobs that define what an eval measures, in `env` (default: os.environ)."""
+    source = os.environ if env is None else env
+    return {name: source.get(name, knob.default) for name, knob in KNOBS.items() if knob.contract}
 
 
 def shell_exports() -> str:

@@ -41,7 +41,7 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
         raise ValueError(f"episode record lacks fields {missing}")
     line = (json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         if os.fstat(fd).st_size > 0:
             _end_torn_line(fd)

@@ -95,3 +95,8 @@ class RunDir:
     def metrics_file(self, task: str, policy: str, task_config: str, ckpt: str, writer: str) -> Path:
         """The metrics file of one writer: no two processes ever append to the same file."""
         return self.result_dir(task, policy, task_config, ckpt) / f"_metrics.{safe_key(writer)}.jsonl"
+
+
+def run_path(run: str, runs_root: str | Path) -> Path:
+    """A run given by name lives under $RUNS_ROOT; one given as a path (with a `/`) is that path."""
+    return Path(run) if "/" in run else Path(runs_root) / run

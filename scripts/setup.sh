@@ -36,4 +36,15 @@ make_env() {  # make_env NAME: requirements/NAME.txt (what we ask for) + NAME.lo
 }
 make_env sim
 make_env model
+# Local wheelhouse for SIM_PIN (offline installs on nodes; the pin tests use two sapien builds).
+WHEELHOUSE_PINS=(sapien==3.0.2 sapien==3.0.3 "setuptools<81")
+wh_stamp="$(echo "${WHEELHOUSE_PINS[*]}" | sha256sum | cut -c1-16)"
+if [ ! -f "$STAMPS/wheelhouse.$wh_stamp" ]; then
+  log "wheelhouse $ENVS_ROOT/wheelhouse: ${WHEELHOUSE_PINS[*]}"
+  mkdir -p "$ENVS_ROOT/wheelhouse"
+  for pin in "${WHEELHOUSE_PINS[@]}"; do
+    "$SIM_PY" -m pip download -q --no-deps --only-binary=:all: -d "$ENVS_ROOT/wheelhouse" "$pin"
+  done
+  touch "$STAMPS/wheelhouse.$wh_stamp"
+fi
 log "ready: SIM_PY=$SIM_PY MODEL_PY=$MODEL_PY"

@@ -1,0 +1,67 @@
+"""Child processes that die with their worker.
+
+A worker killed with SIGKILL (OOM, chaos, `scancel --signal=KILL`) cannot clean up, so its model
+server and sim client are started with the kernel's parent-death signal: they are signalled when
+the worker dies, and never serve or write on behalf of a dead worker. Each child gets its own
+session so that stopping it also stops whatever it started (video encoders, renderers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_prctl = _libc.prctl
+
+
+def _die_with_parent(sig: int) -> Callable[[], None]:
+    parent = os.getpid()
+
+    def setup() -> None:  # runs in the child between fork and exec: keep it to plain syscalls
+        _prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), sig)
+
+    return setup
+
+
+def spawn(
+    argv: list[str], log: Path, env: dict[str, str], death_signal: int = signal.SIGKILL
+) -> subprocess.Popen:
+    """Start `argv` with stdout and stderr appended to `log`; it gets `death_signal` if we die."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent(death_signal),  # child side: only a prctl, no Python locks
+        )
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 5.0) -> int:
+    """SIGTERM the child's session, SIGKILL after `grace_s`; its exit status."""
+    if proc.poll() is None:
+        _signal_group(proc, signal.SIGTERM)
+        try:
+            return proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    _signal_group(proc, signal.SIGKILL)
+    return proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)

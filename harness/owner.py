@@ -1,0 +1,60 @@
+"""Who holds a lease: the owner record, and whether that owner is provably dead.
+
+A pid alone is not an identity (pids are reused), so the record carries the process start time and
+the host's boot id. Another process on the same host can then tell for certain that the owner is
+gone; on other hosts only the heartbeat age or Slurm (the owner's job ended) can say so.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from functools import cache
+from typing import Any
+
+
+@cache
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot; None if no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    # comm (field 2) may hold spaces and parentheses: split after its closing parenthesis.
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return int(fields[19])
+
+
+def owner_record(worker_id: str, generation: str) -> dict[str, Any]:
+    """This process as a lease owner."""
+    pid = os.getpid()
+    return {
+        "host": socket.gethostname(),
+        "boot_id": boot_id(),
+        "pid": pid,
+        "start_ticks": start_ticks(pid),
+        "worker": worker_id,
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),
+        "claimed_at": time.time(),
+        "generation": generation,
+    }
+
+
+def dead_on_this_host(record: dict[str, Any]) -> bool:
+    """True only when the owner ran on this host (this boot) and its process no longer exists."""
+    if record.get("host") != socket.gethostname() or record.get("boot_id") != boot_id() or not boot_id():
+        return False
+    pid = record.get("pid")
+    if not isinstance(pid, int):
+        return False
+    return start_ticks(pid) != record.get("start_ticks")

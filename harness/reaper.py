@@ -1,0 +1,166 @@
+"""Finding dead leases and reclaiming them, race-free, on a filesystem that lies about stat.
+
+Staleness is judged on the filesystem server's clock: `utime(probe, None)` stamps the server's time on
+a probe file and `open()` + `fstat` reads it back fresh, the same way the heartbeat's mtime is read
+(a plain stat on NFS can be 20 s stale). Both sides being server-set, node clock skew cancels; a
+tolerance (LEASE_SKEW_S) covers filesystems that stamp client time instead.
+
+Reclaiming is two atomic renames. First the reaper renames the owner's current heartbeat file
+`hb.<gen>.<n>` to `reaped.<gen>.<token>`: that name is exactly what the owner renames at its next
+beat, so of all reapers and the owner exactly one wins, and a slow owner learns at its next beat
+that it lost the lease (fencing). Only the winner then renames the lease dir to a unique tombstone,
+checks that the tombstone holds its own `reaped.*` mark (else it moved a newer lease and puts it
+back) and deletes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import secrets
+import shutil
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import owner as owners
+from harness import slurmjob
+
+TOMB_PREFIX = ".tomb."
+PROBE_PREFIX = ".probe."
+
+
+def lost_errno(exc: OSError) -> bool:
+    """ENOENT: our name was renamed away; ESTALE: our directory was removed (NFS)."""
+    return exc.errno in (errno.ENOENT, errno.ESTALE)
+
+
+class ServerClock:
+    """The filesystem server's "now", read through a probe file that lives only for the reading."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def now(self) -> float:
+        path = self.root / f"{PROBE_PREFIX}{socket.gethostname()}.{os.getpid()}"
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return time.time()  # cannot write the queue dir (a read-only viewer): the local clock
+        try:
+            os.utime(path, None)
+            return os.fstat(fd).st_mtime
+        finally:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+@dataclass
+class LeaseView:
+    """What one look into a lease dir showed."""
+
+    key: str
+    owner: dict[str, Any] | None
+    beat: str | None  # the current heartbeat file name
+    mtime: float  # server time of the last heartbeat (or of the dir, before the first)
+    age: float
+    final: str | None = None  # "done" or "quarantined" once the owner finished the unit
+
+
+def inspect(root: Path, key: str, now: float) -> LeaseView | None:
+    """The lease's owner and heartbeat age; None if the lease is gone (released or reaped)."""
+    path = root / key
+    try:
+        names = os.listdir(path)
+        final = next((n.split(".")[0] for n in names if n.startswith(("done.", "quarantined."))), None)
+        beats = [n for n in names if n.startswith("hb.")]
+        beat = max(beats, key=lambda n: int(n.rsplit(".", 1)[1])) if beats else None
+        fd = os.open(path / beat if beat else path, os.O_RDONLY)
+        try:
+            mtime = os.fstat(fd).st_mtime
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        return None
+    record = next((_read_json(path / n) for n in names if n.startswith("owner.")), None)
+    return LeaseView(key, record, beat, mtime, now - mtime, final)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read())
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None  # gone, or being written right now
+
+
+class Judge:
+    """Decides which leases are dead; asks Slurm at most once per job per judge."""
+
+    def __init__(self, ttl: float, skew: float, job_alive: Callable[[str], bool | None] = slurmjob.job_alive):
+        self.ttl, self.skew = ttl, skew
+        self._job_alive = job_alive
+        self._jobs: dict[str, bool | None] = {}
+        self._own_job = os.environ.get("SLURM_JOB_ID", "")
+
+    def reason(self, view: LeaseView) -> str | None:
+        """Why this lease is dead, or None while it may still be alive (or finished)."""
+        if view.final is not None:
+            return None
+        if view.owner is not None and owners.dead_on_this_host(view.owner):
+            return f"owner pid {view.owner.get('pid')} on this host is gone"
+        job = str(view.owner.get("slurm_job_id", "")) if view.owner else ""
+        if job and job != self._own_job:
+            if job not in self._jobs:
+                self._jobs[job] = self._job_alive(job)
+            if self._jobs[job] is False:
+                return f"owner's Slurm job {job} has ended"
+        if view.age > self.ttl + self.skew:
+            return f"no heartbeat for {view.age:.0f} s (LEASE_TTL={self.ttl:g})"
+        return None
+
+
+def reap(root: Path, view: LeaseView) -> bool:
+    """Reclaim the lease `view` saw. True for exactly one of any number of concurrent reapers."""
+    token = secrets.token_hex(6)
+    path = root / view.key
+    mark = None
+    if view.beat is not None:
+        generation = view.beat.split(".")[1]
+        mark = f"reaped.{generation}.{token}"
+        try:
+            os.rename(path / view.beat, path / mark)  # the fence: owner and other reapers lose
+        except OSError as exc:
+            if lost_errno(exc):
+                return False
+            raise
+    tomb = root / f"{TOMB_PREFIX}{view.key}.{token}"
+    try:
+        os.rename(path, tomb)
+    except OSError as exc:
+        if lost_errno(exc):
+            return False
+        raise
+    if mark is not None and not (tomb / mark).exists():
+        # We moved a newer lease than the one we fenced (it was reaped and re-claimed meanwhile).
+        try:
+            os.rename(tomb, path)
+            return False
+        except OSError:
+            pass  # someone claimed again: that newer owner is fenced at its next beat; safe
+    shutil.rmtree(tomb, ignore_errors=True)
+    return True
+
+
+def sweep_tombs(root: Path, names: list[str]) -> None:
+    """Delete tombstones a reaper or releaser died before deleting."""
+    for name in names:
+        if name.startswith(TOMB_PREFIX):
+            shutil.rmtree(root / name, ignore_errors=True)

@@ -1,0 +1,105 @@
+"""Find a run dir and read its records, refusing what cannot be summarised honestly.
+
+A missing or empty run is an error (an empty table would read as 0%), torn last lines are ignored and
+counted, and records from more than one contract hash are refused unless the caller splits by contract:
+averaging two configs into one number hides that they measured different things.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.records import RecordSet, read_tree
+from harness.results import ResultsError
+from harness.rundir import RunDir
+
+NO_CONTRACT = "(none)"
+
+
+@dataclass
+class LoadedRun:
+    """The deduplicated records of one run, with what was wrong with its files."""
+
+    run: RunDir
+    records: list[dict[str, Any]]
+    torn_lines: list[str] = field(default_factory=list)
+    bad_lines: list[str] = field(default_factory=list)
+    files: int = 0
+
+    def warnings(self) -> list[str]:
+        out = []
+        if self.torn_lines:
+            out.append(
+                f"ignored {len(self.torn_lines)} torn line(s) (a writer died mid-line): "
+                + ", ".join(self.torn_lines[:3])
+                + (" …" if len(self.torn_lines) > 3 else "")
+            )
+        if self.bad_lines:
+            out.append(
+                f"ignored {len(self.bad_lines)} malformed line(s): "
+                + "; ".join(self.bad_lines[:3])
+                + (" …" if len(self.bad_lines) > 3 else "")
+            )
+        return out
+
+
+def resolve_run(run: str, runs_root: str | None = None) -> RunDir:
+    """A run given as a path, or as a name under $RUNS_ROOT; a clear error when neither exists."""
+    path = Path(run)
+    root = Path(runs_root or os.environ.get("RUNS_ROOT", "runs"))
+    candidates = [path] if path.is_absolute() or os.sep in run else [path, root / run]
+    for candidate in candidates:
+        if candidate.is_dir():
+            return RunDir(candidate.resolve())
+    tried = " or ".join(str(c) for c in candidates)
+    raise ResultsError(f"run {run!r} not found (looked for {tried})")
+
+
+def load_run(run: RunDir) -> LoadedRun:
+    """All deduplicated records of `run`; an error when it holds none."""
+    found: RecordSet = read_tree(run.results)
+    loaded = LoadedRun(run, list(found.records.values()), found.torn_lines, found.bad_lines, found.files)
+    if not found.files:
+        raise ResultsError(f"run {run.root} has no episode records: no _metrics*.jsonl under {run.results}")
+    if not loaded.records:
+        raise ResultsError(
+            f"run {run.root} has {found.files} metrics file(s) but no readable episode record "
+            f"({len(found.torn_lines)} torn, {len(found.bad_lines)} malformed lines)"
+        )
+    return loaded
+
+
+def contract_of(record: dict[str, Any]) -> str:
+    return str(record.get("contract") or NO_CONTRACT)
+
+
+def scene_of(record: dict[str, Any]) -> str:
+    """The record's scene (older records without one fall back to their task_config)."""
+    return str(record.get("scene") or record["task_config"])
+
+
+EpisodeKey = tuple[str, str, int]
+
+
+def episode_key(record: dict[str, Any]) -> EpisodeKey:
+    """(scene, task, seed): how episodes are named across the results tools and paired across runs."""
+    return (scene_of(record), record["task"], int(record["seed"]))
+
+
+def split_by_contract(records: list[dict[str, Any]], allow_split: bool) -> dict[str, list[dict[str, Any]]]:
+    """Records grouped by contract hash; more than one group is refused unless `allow_split`."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        groups.setdefault(contract_of(record), []).append(record)
+    if len(groups) > 1 and not allow_split:
+        counts = Counter({c: len(rs) for c, rs in groups.items()})
+        listing = "\n".join(f"  {c}: {n} record(s)" for c, n in counts.most_common())
+        raise ResultsError(
+            f"records carry {len(groups)} different contract hashes (mixed configs):\n{listing}\n"
+            "refusing to pool them; pass --split-by-contract to get one result set per contract"
+        )
+    return groups

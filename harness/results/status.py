@@ -1,0 +1,129 @@
+"""Live status of a run: the lease queue's units, episodes done of planned, success so far, throughput,
+ETA, live leases and recent errors. Safe while the pool runs: it reads the run dir and changes nothing
+(the lease snapshot only touches a clock probe of its own, see `harness.leases.snapshot`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from harness import knobs
+from harness.leases import UnitState, snapshot
+from harness.manifest import load_manifest, planned_seeds
+from harness.records import is_trial, read_tree
+from harness.results import ResultsError
+from harness.results.stats import Rate
+from harness.rundir import RunDir
+from harness.units import Unit, run_units, split
+
+THROUGHPUT_WINDOW_S = 600.0
+RECENT_ERRORS = 5
+STATES = ("done", "leased", "pending", "quarantined")
+
+
+@dataclass
+class Status:
+    """One look at a run."""
+
+    run: RunDir
+    units: list[UnitState]
+    plan_source: str  # where the unit plan came from: run.yaml, or the current knobs
+    planned: int = 0  # episodes planned
+    done: int = 0  # planned episodes whose latest record is a trial
+    errored: int = 0  # planned episodes whose latest record errored (they will be re-run)
+    sr: Rate = field(default_factory=lambda: Rate(0, 0))
+    hsr: Rate = field(default_factory=lambda: Rate(0, 0))
+    per_hour: float | None = None  # episodes finished per hour, over the last THROUGHPUT_WINDOW_S
+    eta_s: float | None = None
+    recent_errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts = Counter(u.state for u in self.units)
+        return {state: counts.get(state, 0) for state in STATES}
+
+    @property
+    def leases(self) -> list[UnitState]:
+        return [u for u in self.units if u.state == "leased"]
+
+
+def planned_units(run: RunDir) -> tuple[list[Unit], str]:
+    """The run's units as its run.yaml plans them (UNIT_SEEDS from the environment, as the workers
+    take it); a run without run.yaml is planned from the current knobs."""
+    try:
+        if not run.manifest.exists():
+            return run_units(run), "current knobs (no run.yaml)"
+        manifest = load_manifest(run.root)
+        bench_config = manifest.knobs["BENCH_CONFIG"]
+        unit_seeds = knobs.get_int("UNIT_SEEDS")
+        cells = planned_seeds(run.root, manifest)
+        return [
+            u for cell, seeds in cells.items() for u in split(cell, seeds, unit_seeds, bench_config)
+        ], "run.yaml"
+    except ValueError as exc:  # a bad manifest, queue file, seed bank or knob: each names itself
+        raise ResultsError(f"cannot plan the units of {run.root}: {exc}") from None
+
+
+def finished_time(record: dict[str, Any]) -> float | None:
+    """A record's finished_at (ISO 8601 or epoch seconds) as epoch seconds; None if unreadable."""
+    value = record.get("finished_at")
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        pass
+    try:
+        return datetime.fromisoformat(str(value)).timestamp()
+    except ValueError:
+        return None
+
+
+def collect(run: RunDir, now: float | None = None) -> Status:
+    """Everything the status display shows, from one pass over the lease dir and the records."""
+    if not run.queue.exists():
+        raise ResultsError(f"{run.root} is not a run dir: it has no queue.txt")
+    now = time.time() if now is None else now
+    units, source = planned_units(run)
+    status = Status(run, snapshot(run, units), source)
+    found = read_tree(run.results)
+    if found.torn_lines:
+        status.warnings.append(f"{len(found.torn_lines)} torn line(s) ignored (a writer died mid-line)")
+    planned = [found.records.get((u.task, u.task_config, s)) for u in units for s in u.seeds]
+    status.planned = len(planned)
+    records = [r for r in planned if r is not None]
+    trials = [r for r in records if is_trial(r)]
+    status.done, status.errored = len(trials), len(records) - len(trials)
+    status.sr = Rate(sum(bool(r.get("success")) for r in trials), len(trials))
+    status.hsr = Rate(sum(bool(r.get("hard_success")) for r in trials), len(trials))
+    _throughput(status, [t for r in records if (t := finished_time(r)) is not None], now)
+    status.recent_errors = _recent_errors(status.units, [r for r in records if not is_trial(r)])
+    return status
+
+
+def _throughput(status: Status, times: list[float], now: float) -> None:
+    """Episodes per hour over the recent window (shorter while the run is young), and the ETA."""
+    if not times:
+        return
+    window = min(THROUGHPUT_WINDOW_S, max(now - min(times), 1.0))
+    recent = sum(1 for t in times if t >= now - window)
+    status.per_hour = 3600.0 * recent / window
+    remaining = status.planned - status.done
+    if status.per_hour > 0:
+        status.eta_s = 3600.0 * remaining / status.per_hour
+
+
+def _recent_errors(units: list[UnitState], errored: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for unit in [u for u in units if u.last_error][:RECENT_ERRORS]:
+        tag = "quarantined" if unit.state == "quarantined" else f"{unit.crashes} crash(es)"
+        lines.append(f"unit {unit.key} ({tag}): {str(unit.last_error).strip()[:200]}")
+    errored.sort(key=lambda r: finished_time(r) or 0.0, reverse=True)
+    lines += [
+        f"{r.get('finished_at')} {r['task']} seed {r['seed']} on {r.get('host')}: {str(r['error'])[:200]}"
+        for r in errored[:RECENT_ERRORS]
+    ]
+    return lines

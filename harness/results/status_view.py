@@ -1,0 +1,52 @@
+"""The status display (rich): one screen that answers "how far along is this run, and is it healthy?"."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from harness.results.status import Status
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
+def render(status: Status) -> Group:
+    """Summary lines, the live leases table (stale ones flagged), and recent errors."""
+    counts = status.counts
+    head = Text()
+    head.append(f"run {status.run.root}", style="bold")
+    head.append(f"   (units planned from {status.plan_source})\n")
+    head.append(
+        f"units: {len(status.units)}  done {counts['done']}  leased {counts['leased']}  "
+        f"pending {counts['pending']}  quarantined {counts['quarantined']}\n"
+    )
+    pct = f" ({100 * status.done / status.planned:.0f}%)" if status.planned else ""
+    head.append(
+        f"episodes: {status.done} of {status.planned} done{pct}, {status.errored} errored (to re-run)\n"
+    )
+    head.append(f"success so far: SR {status.sr.text().strip()}   HSR {status.hsr.text().strip()}\n")
+    rate = "—" if status.per_hour is None else f"{status.per_hour:.1f} episodes/h"
+    head.append(f"throughput: {rate}   ETA: {_duration(status.eta_s)}")
+    for warning in status.warnings:
+        head.append(f"\nwarning: {warning}", style="yellow")
+    leases = Table(title=f"live leases ({len(status.leases)})", title_justify="left", expand=False)
+    for column in ("unit", "owner", "job", "heartbeat age"):
+        leases.add_column(column, no_wrap=True)
+    leases.add_column("state")
+    for unit in status.leases:
+        owner = unit.owner or {}
+        who = f"{owner.get('host', '?')}:{owner.get('pid', '?')} {owner.get('worker', '')}".strip()
+        state = Text(f"STALE: {unit.stale}", style="bold red") if unit.stale else Text("alive", style="green")
+        age = "—" if unit.heartbeat_age is None else f"{unit.heartbeat_age:.0f} s"
+        leases.add_row(unit.key, who, str(owner.get("slurm_job_id") or "—"), age, state)
+    errors = Text("recent errors:" + ("" if status.recent_errors else " none"), style="bold")
+    for line in status.recent_errors:
+        errors.append("\n  " + line, style="red")
+    return Group(head, leases, errors)

@@ -1,0 +1,139 @@
+"""The results as text tables (results.txt), CSV and JSON: the same numbers, for people and for tools.
+
+Each table states what its rates mean and how totals were formed, so a number copied out of it keeps
+its n, its interval and whether it is a mean over tasks or pooled over episodes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from harness.results.aggregate import Group, Summary, TaskResult
+from harness.results.stats import Rate
+
+LEGEND = (
+    "SR = success rate; HSR = hard success rate (success and no collision).\n"
+    "Each rate: percent [Wilson 95% interval] successes/trials. Errored episodes are not trials.\n"
+)
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.1f}%"
+
+
+def columns(rows: list[list[str]]) -> str:
+    """Rows of cells as aligned text columns, the first row a header underlined with dashes."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines) + "\n"
+
+
+def _totals(group: Group, label: str) -> str:
+    return (
+        f"{label} mean over tasks (each task weighted equally, {group.tasks_with_trials} task(s)): "
+        f"SR {_pct(group.mean_sr)}  HSR {_pct(group.mean_hsr)}\n"
+        f"{label} pooled over episodes (each episode weighted equally): "
+        f"SR {group.pooled_sr.text()}  HSR {group.pooled_hsr.text()}\n"
+        f"{label} errored episodes (not trials): {group.errored}\n"
+    )
+
+
+def scene_text(scene: Group, header: str) -> str:
+    """results.txt of one scene: a row per task, then the scene's two totals."""
+    rows = [["task", "SR", "HSR", "errored"]]
+    rows += [[t.task, t.sr.text(), t.hsr.text(), str(t.errored)] for t in scene.tasks]
+    return f"{header}scene: {scene.name}\n{LEGEND}\n{columns(rows)}\n{_totals(scene, 'scene')}"
+
+
+def total_text(summary: Summary, header: str) -> str:
+    """The model's results.txt: a row per scene (pooled and mean over tasks), then TOTAL both ways."""
+    rows = [["scene", "tasks", "SR (pooled)", "HSR (pooled)", "SR mean/task", "HSR mean/task", "errored"]]
+    rows += [
+        [
+            g.name,
+            str(len(g.tasks)),
+            g.pooled_sr.text(),
+            g.pooled_hsr.text(),
+            _pct(g.mean_sr),
+            _pct(g.mean_hsr),
+            str(g.errored),
+        ]
+        for g in summary.scenes
+    ]
+    return f"{header}{LEGEND}\n{columns(rows)}\n{_totals(summary.total, 'TOTAL')}"
+
+
+def _rate_fields(prefix: str, rate: Rate) -> dict[str, Any]:
+    d = rate.as_dict()
+    return {f"{prefix}": d["rate"], f"{prefix}_lo": d["lo"], f"{prefix}_hi": d["hi"], f"{prefix}_k": d["k"]}
+
+
+def _task_row(t: TaskResult) -> dict[str, Any]:
+    return {
+        "level": "task",
+        "scene": t.scene,
+        "task": t.task,
+        "task_config": t.task_config,
+        "n": t.sr.n,
+        **_rate_fields("sr", t.sr),
+        **_rate_fields("hsr", t.hsr),
+        "errored": t.errored,
+        "sr_mean_over_tasks": None,
+        "hsr_mean_over_tasks": None,
+    }
+
+
+def _group_row(level: str, g: Group, scene: str) -> dict[str, Any]:
+    return {
+        "level": level,
+        "scene": scene,
+        "task": "",
+        "task_config": "",
+        "n": g.pooled_sr.n,
+        **_rate_fields("sr", g.pooled_sr),
+        **_rate_fields("hsr", g.pooled_hsr),
+        "errored": g.errored,
+        "sr_mean_over_tasks": g.mean_sr,
+        "hsr_mean_over_tasks": g.mean_hsr,
+    }
+
+
+def rows(summary: Summary) -> list[dict[str, Any]]:
+    """Flat rows: every task, every scene, and the total. A scene or total row's `sr`/`hsr` is pooled over
+    episodes; its mean over tasks is in its own columns, so neither is mistaken for the other."""
+    out: list[dict[str, Any]] = []
+    for scene in summary.scenes:
+        out += [_task_row(t) for t in scene.tasks]
+        out.append(_group_row("scene", scene, scene.name))
+    out.append(_group_row("total", summary.total, ""))
+    return out
+
+
+def to_csv(summary: Summary) -> str:
+    table = rows(summary)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(table[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(table)
+    return buffer.getvalue()
+
+
+def to_json(summary: Summary, meta: dict[str, Any]) -> str:
+    """Rows plus the run's metadata and warnings; the two totals are named, not implied."""
+    total = summary.total
+    doc = {
+        **meta,
+        "contract": summary.contract,
+        "interval": "Wilson 95%",
+        "totals": {
+            "mean_over_tasks": {"sr": total.mean_sr, "hsr": total.mean_hsr, "tasks": total.tasks_with_trials},
+            "pooled_over_episodes": {"sr": total.pooled_sr.as_dict(), "hsr": total.pooled_hsr.as_dict()},
+            "errored": total.errored,
+        },
+        "rows": rows(summary),
+    }
+    return json.dumps(doc, indent=2, allow_nan=False) + "\n"

@@ -1,0 +1,200 @@
+"""The node-local cache: copy a tree from the shared filesystem once per node, publish it atomically.
+
+Why: mmap of envs and checkpoints over NFS from many nodes stalls, so each node runs from a local copy.
+An entry is `<cache>/<kind>/<label>-<fp>/<label>` plus a stamp `.stage.json`; `fp` fingerprints the
+source (paths, sizes, mtimes), so a changed source gets a new entry and an unchanged one is reused for
+the cost of a stat walk. A copy goes to a temp dir and is renamed into place; the stamp is written
+last, so an entry without a stamp (a crash, a full disk) is garbage, never loaded. All changes happen
+under a node-local lock, so concurrent jobs on one node stage once. The cache is bounded by pruning
+the least recently used entries that are neither in use nor named in CACHE_KEEP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+STAMP = ".stage.json"
+USED = ".used"
+GB = 1 << 30
+
+
+class StagingError(RuntimeError):
+    """Staging failed; the message names the source, the cache and the reason."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One published cache entry."""
+
+    root: Path  # <cache>/<kind>/<label>-<fp>
+    label: str
+    size: int
+    last_used: float
+
+    @property
+    def payload(self) -> Path:
+        return self.root / self.label
+
+
+def fingerprint(source: Path, extra: str = "") -> tuple[str, int]:
+    """A hash of every path, size and mtime under `source` (plus `extra`), and the total bytes.
+
+    Stat-only, so an unchanged multi-GB env costs one directory walk, not a read.
+    """
+    digest = hashlib.sha256(extra.encode())
+    total = 0
+    if source.is_file():
+        st = source.stat()
+        digest.update(f"{source.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        return digest.hexdigest()[:16], st.st_size
+    for dirpath, dirnames, filenames in os.walk(source):
+        dirnames.sort()
+        rel = os.path.relpath(dirpath, source)
+        for name in sorted(filenames):
+            st = os.lstat(os.path.join(dirpath, name))
+            digest.update(f"{rel}/{name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            total += st.st_size
+    return digest.hexdigest()[:16], total
+
+
+@contextlib.contextmanager
+def node_lock(cache: Path) -> Iterator[None]:
+    """Hold the node-local cache lock (flock on a local file: every process of this node waits)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def entries(cache: Path) -> list[Entry]:
+    """Every published entry of the cache (those with a stamp)."""
+    found = []
+    for stamp in cache.glob(f"*/*/{STAMP}"):
+        meta = json.loads(stamp.read_text())
+        used = stamp.parent / USED
+        last = used.stat().st_mtime if used.exists() else stamp.stat().st_mtime
+        found.append(Entry(stamp.parent, meta["label"], int(meta["size"]), last))
+    return found
+
+
+def stage(
+    cache: Path,
+    kind: str,
+    source: Path,
+    *,
+    extra: str = "",
+    post: Callable[[Path], None] | None = None,
+    log: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr),
+) -> Path:
+    """The node-local copy of `source`, copied now only if no entry with its fingerprint exists.
+
+    `post(payload)` runs on the copy at its final path before the stamp is written (e.g. relocating a
+    venv, installing a pin); `extra` joins the fingerprint (e.g. the pin). Call under `node_lock`.
+    """
+    if not source.exists():
+        raise StagingError(f"cannot stage {source}: it does not exist")
+    source = source.resolve()
+    (cache / kind).mkdir(parents=True, exist_ok=True)
+    fp, size = fingerprint(source, extra)
+    label = source.name
+    root = cache / kind / f"{label}-{fp}"
+    if (root / STAMP).exists():
+        (root / USED).touch()
+        return root / label
+    _clear_garbage(cache / kind)
+    _ensure_space(cache, size, source, keep={root})
+    tmp = cache / kind / f".tmp-{label}-{fp}-{os.getpid()}"
+    tmp.mkdir(parents=True)
+    start = time.monotonic()
+    log(f"[stage] copying {source} ({size / GB:.2f} GB) -> {root}")
+    try:
+        _copy(source, tmp / label)
+        os.rename(tmp, root)
+        if post is not None:
+            post(root / label)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    meta = {"label": label, "source": str(source), "fingerprint": fp, "size": size, "staged_at": time.time()}
+    _write_atomic(root / STAMP, json.dumps(meta, indent=1))
+    (root / USED).touch()
+    log(f"[stage] staged {label} in {time.monotonic() - start:.1f}s")
+    return root / label
+
+
+def prune(cache: Path, max_bytes: int, in_use: set[Path], keep_labels: set[str]) -> list[Path]:
+    """Remove least recently used entries until the cache fits `max_bytes`; returns what was removed.
+
+    Entries in use by this node run and entries whose label is in `keep_labels` are never removed.
+    """
+    found = sorted(entries(cache), key=lambda e: e.last_used)
+    total = sum(e.size for e in found)
+    removed = []
+    for entry in found:
+        if total <= max_bytes:
+            break
+        if entry.root in in_use or entry.label in keep_labels:
+            continue
+        (entry.root / STAMP).unlink()
+        shutil.rmtree(entry.root, ignore_errors=True)
+        total -= entry.size
+        removed.append(entry.root)
+    return removed
+
+
+def _copy(source: Path, dest: Path) -> None:
+    """`cp -a` (keeps symlinks, modes and mtimes; reflinks where the filesystem can)."""
+    done = subprocess.run(["cp", "-a", "--reflink=auto", str(source), str(dest)], capture_output=True, text=True)
+    if done.returncode != 0:
+        reason = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"cp exit {done.returncode}"
+        cache = dest.parent.parent.parent
+        what = "node disk full: " if "No space left" in done.stderr else ""
+        raise StagingError(f"{what}staging {source} into {cache} failed ({reason}); nothing was published")
+
+
+def _ensure_space(cache: Path, size: int, source: Path, keep: set[Path]) -> None:
+    """Fail before copying when the node disk cannot hold the copy (after dropping unused entries)."""
+    margin = 64 << 20
+    if shutil.disk_usage(cache).free >= size + margin:
+        return
+    for entry in sorted(entries(cache), key=lambda e: e.last_used):
+        if entry.root not in keep and time.time() - entry.last_used > 60:
+            (entry.root / STAMP).unlink()
+            shutil.rmtree(entry.root, ignore_errors=True)
+            if shutil.disk_usage(cache).free >= size + margin:
+                return
+    free = shutil.disk_usage(cache).free
+    raise StagingError(
+        f"node disk full: staging {source} needs {size / GB:.2f} GB in {cache}, "
+        f"only {free / GB:.2f} GB free; nothing was copied"
+    )
+
+
+def _clear_garbage(kind_dir: Path) -> None:
+    """Remove temp dirs and stampless entries left by a crashed or failed staging (we hold the lock)."""
+    if not kind_dir.exists():
+        return
+    for child in kind_dir.iterdir():
+        if child.is_dir() and not (child / STAMP).exists():
+            shutil.rmtree(child, ignore_errors=True)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)

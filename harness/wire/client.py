@@ -1,0 +1,163 @@
+"""`PolicyClient`: the sim side of the wire. One connection, one episode at a time.
+
+Normal mode dials the model server found in its ready file. Sim-as-server mode
+(`PolicyClient.listen`) binds, writes its own ready file and waits for the model side to connect;
+the requests still flow sim → model, so everything after the connect is identical.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import socket
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from harness import knobs
+from harness.wire import protocol
+from harness.wire.codecs import CODECS, Codec, JsonCodec, get_codec
+from harness.wire.errors import WireError
+from harness.wire.frames import recv_frame, send_frame
+from harness.wire.readyfile import advertised_host, remove_ready, run_token, wait_ready, write_ready
+
+DEFAULT_IO_TIMEOUT_S = 600.0
+
+
+class PolicyClient:
+    """Requests actions from a model server. Methods raise WireError / RemoteError (server's text)."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        *,
+        token: str | None = None,
+        io_timeout_s: float = DEFAULT_IO_TIMEOUT_S,
+        ready_file: Path | None = None,
+        expect_token: str | None = None,
+    ) -> None:
+        self._sock = sock
+        self._sock.settimeout(io_timeout_s)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._token = token
+        self._expect_token = expect_token
+        self._ready_file = ready_file
+        self._codec: Codec = JsonCodec()
+        self.server_spec: dict[str, Any] = {}
+
+    @classmethod
+    def from_ready_file(
+        cls, path: str | Path, timeout_s: float = 300.0, io_timeout_s: float = DEFAULT_IO_TIMEOUT_S
+    ) -> PolicyClient:
+        """Wait for the server's ready file, then connect (retrying while a stale file points nowhere).
+
+        MODEL_SERVER_HOST, when set, overrides the host in the file (cross-node setups).
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            info = wait_ready(path, max(0.0, deadline - time.monotonic()))
+            host = knobs.get("MODEL_SERVER_HOST") or info["host"]
+            try:
+                sock = socket.create_connection((host, info["port"]), timeout=min(10.0, timeout_s))
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise WireError(f"cannot connect to {host}:{info['port']} from {path}: {exc}") from None
+                time.sleep(0.2)
+                continue
+            return cls(sock, token=info.get("token"), io_timeout_s=io_timeout_s)
+
+    @classmethod
+    def listen(
+        cls,
+        ready_file: str | Path,
+        timeout_s: float = 300.0,
+        bind: str | None = None,
+        io_timeout_s: float = DEFAULT_IO_TIMEOUT_S,
+    ) -> PolicyClient:
+        """Sim-as-server: bind (MODEL_SERVER_BIND) on port 0, publish a ready file, accept the model side.
+
+        A non-loopback bind gets a token in the ready file; the model side must echo it in its hello
+        reply or the connection is refused.
+        """
+        bind = knobs.get("MODEL_SERVER_BIND") if bind is None else bind
+        token = run_token(bind)
+        listener = socket.create_server((bind, 0))
+        try:
+            listener.settimeout(timeout_s)
+            info: dict[str, Any] = {
+                "host": advertised_host(bind),
+                "port": listener.getsockname()[1],
+                "pid": os.getpid(),
+                "role": "sim",
+            }
+            if token:
+                info["token"] = token
+            write_ready(ready_file, info)
+            try:
+                sock, _ = listener.accept()
+            except TimeoutError:
+                remove_ready(ready_file, os.getpid())
+                raise WireError(f"no model side connected to {ready_file} within {timeout_s:g} s") from None
+        finally:
+            listener.close()
+        return cls(sock, io_timeout_s=io_timeout_s, ready_file=Path(ready_file), expect_token=token)
+
+    def _call(self, msg: dict[str, Any], codec: Codec | None = None) -> dict[str, Any]:
+        codec = codec or self._codec
+        send_frame(self._sock, codec.encode(msg))
+        return protocol.check_reply(codec.decode(recv_frame(self._sock)), msg["type"])
+
+    def hello(self, client_spec: dict[str, Any]) -> dict[str, Any]:
+        """Agree on protocol version and codec, exchange specs; returns the server's spec.
+
+        A spec mismatch (e.g. action_dim) raises with both values named, from whichever side sees it.
+        """
+        preferred = knobs.get("WIRE_CODEC")
+        codecs = [preferred] + [name for name in CODECS if name != preferred]
+        reply = self._call(protocol.hello(client_spec, codecs, self._token), JsonCodec())
+        if reply.get("version") != protocol.PROTOCOL_VERSION:
+            raise WireError(
+                f"protocol version mismatch: server speaks {reply.get('version')}, "
+                f"client speaks {protocol.PROTOCOL_VERSION}"
+            )
+        if self._expect_token and not hmac.compare_digest(str(reply.get("token", "")), self._expect_token):
+            self.close()
+            raise WireError("the connecting model side did not present this run's token")
+        spec = reply.get("spec")
+        if not isinstance(spec, dict):
+            raise WireError(f"hello reply carries no server spec: {reply!r:.200}")
+        protocol.check_specs(spec, client_spec)
+        self._codec = get_codec(str(reply.get("codec")))
+        self.server_spec = spec
+        return spec
+
+    def reset(self, task: str, task_config: str, instruction: str, seed: int) -> None:
+        """Start a new episode on this connection (other connections are untouched)."""
+        self._call(protocol.reset(task, task_config, instruction, int(seed)))
+
+    def infer(self, obs: dict[str, Any], step: int) -> np.ndarray:
+        """The action chunk for `obs` at env step `step`: float32 [num_actions, action_dim]."""
+        reply = self._call(protocol.infer(obs, int(step)))
+        return protocol.as_chunk(reply.get("actions"), self.server_spec)
+
+    def ping(self) -> None:
+        self._call({"type": "ping"})
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        finally:
+            if self._ready_file is not None:
+                remove_ready(self._ready_file, os.getpid())
+                self._ready_file = None
+
+    def __enter__(self) -> PolicyClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

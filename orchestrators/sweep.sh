@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Sweep one model over several BENCH_CONFIGs, one run and one blocking pool per config.
+# Resumable: re-run the same command. LAUNCHER=srun|local picks Slurm or the local pool. --help for usage.
+set -euo pipefail
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/env.sh"
+exec "$SIM_PY" -m harness.orchestrate.sweep "$@"

@@ -1,0 +1,64 @@
+"""Sim client: run the seeds of one unit (scene, task) against a model server, one record per seed.
+
+Knobs (BENCHMARK, BENCH_CONFIG, IMAGE_SIZE, EXEC_ACTIONS, ACTION_SMOOTH, RECORD_VIDEO, ...) come from
+the environment. Records go to this writer's own metrics file in the run dir, videos next to it.
+Exit 0 when every seed has a record (errored episodes included); 2 when it cannot run at all (bad
+arguments, no model server, spec mismatch); 3 when the connection to the server is lost mid-unit.
+
+Example:
+  $SIM_PY scripts/eval_policy_client.py --run-dir runs/demo --scene table --task PickCube \\
+      --seeds 0 1 --ready-file /tmp/server.ready --writer-id w0
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness import knobs
+from harness.bench import load_benchmark
+from harness.simclient import SimClient, Unit
+from harness.wire.client import PolicyClient
+from harness.wire.errors import PeerClosed, WireError
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run-dir", type=Path, required=True, help="the run directory")
+    p.add_argument("--scene", required=True, help="scene of the unit (ManiSkill: table)")
+    p.add_argument("--task", required=True, help="task of the unit, e.g. PickCube")
+    p.add_argument("--seeds", type=int, nargs="+", required=True, help="episode seeds to run, in order")
+    p.add_argument("--ready-file", type=Path, required=True, help="model server's ready file (ours with SIM_AS_SERVER=1)")
+    p.add_argument("--writer-id", required=True, help="this writer's id: names its own metrics file")
+    p.add_argument("--progress-file", type=Path, help='replaced each step with {"seed": N, "step": K}')
+    p.add_argument("--connect-timeout", type=float, default=300.0, help="seconds to wait for the server (300)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        bench = load_benchmark(knobs.get("BENCHMARK"))
+        if knobs.get_bool("SIM_AS_SERVER"):
+            client = PolicyClient.listen(args.ready_file, timeout_s=args.connect_timeout)
+        else:
+            client = PolicyClient.from_ready_file(args.ready_file, timeout_s=args.connect_timeout)
+    except (ValueError, WireError, OSError) as exc:
+        print(f"eval_policy_client: cannot start: {exc}", file=sys.stderr)
+        return 2
+    unit = Unit(args.run_dir, args.scene, args.task, args.seeds, args.writer_id, args.progress_file)
+    with client:
+        try:
+            SimClient(bench, client, unit).run(report=lambda line: print(line, flush=True))
+        except (PeerClosed, OSError) as exc:
+            print(f"eval_policy_client: lost the model server: {exc}", file=sys.stderr)
+            return 3
+        except WireError as exc:  # the hello refused the pairing (spec or version mismatch)
+            print(f"eval_policy_client: {exc}", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

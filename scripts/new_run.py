@@ -1,0 +1,75 @@
+"""Create a run dir (queue + frozen run.yaml), record a fill-in, or verify an environment.
+
+Knobs come from the environment (see `python -m harness.knobs --markdown`), as for every launch.
+
+  new_run.py RUN --queue seeds/maniskill/queue.txt       create (re-creating the same run is a no-op)
+  new_run.py RUN --fill-in --test-num 4                  raise EVAL_TEST_NUM (only new seeds run)
+  new_run.py RUN --fill-in --seeds-root seeds/bank2      add a disjoint seed bank
+  new_run.py RUN --verify                                check this environment, print the hash
+
+RUN is a name under $RUNS_ROOT or a path containing `/`. Exit status 2: refused (the message names
+each differing knob or input with both values).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from harness.manifest import (
+    ContractMismatch,
+    Manifest,
+    ManifestError,
+    contract_hash,
+    create_run,
+    record_fillin,
+    verify_environment,
+)
+from harness.rundir import QueueFileError, run_path
+from harness.seedbank import SeedBankError
+
+
+def _summary(run_dir: str, manifest: Manifest) -> str:
+    knobs = manifest.knobs
+    banks = "".join(f", +{b['eval_test_num']} from {b['seeds_root']}" for b in manifest.fillin_banks)
+    return (
+        f"run {run_dir}: contract {contract_hash(manifest)}\n"
+        f"  {manifest.contract['queue']['units']} units, EVAL_TEST_NUM={manifest.eval_test_num} "
+        f"from {knobs['SEEDS_ROOT']}{banks}; policy {knobs['POLICY']} ckpt {knobs['CKPT_NAME'] or '-'}; "
+        f"{knobs['BENCHMARK']}/{knobs['BENCH_CONFIG']}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("run", help="run name under $RUNS_ROOT, or a path")
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--fill-in", action="store_true", help="record a fill-in instead of creating")
+    action.add_argument("--verify", action="store_true", help="verify this environment; print the hash")
+    parser.add_argument("--queue", help="queue file to copy into the run (required to create)")
+    parser.add_argument("--test-num", type=int, help="fill-in: the new EVAL_TEST_NUM")
+    parser.add_argument("--seeds-root", help="fill-in: a seed bank disjoint from the run's banks")
+    args = parser.parse_args(argv)
+    run_dir = run_path(args.run, os.environ.get("RUNS_ROOT", "runs"))
+    try:
+        if args.verify:
+            print(verify_environment(run_dir))
+            return 0
+        if args.fill_in:
+            manifest = record_fillin(run_dir, eval_test_num=args.test_num, seeds_root=args.seeds_root)
+        elif args.queue is None:
+            parser.error("creating a run needs --queue FILE")
+        else:
+            manifest = create_run(run_dir, args.queue)
+    except (ContractMismatch, ManifestError, QueueFileError, SeedBankError, ValueError) as exc:
+        print(f"new_run: {exc}", file=sys.stderr)
+        return 2
+    print(_summary(str(run_dir), manifest))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

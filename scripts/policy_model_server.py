@@ -1,0 +1,67 @@
+"""Persistent model server: load a policy once, then serve sim clients over the wire protocol.
+
+Listens on MODEL_SERVER_BIND (default 127.0.0.1), port 0, and publishes host/port/pid (and a token
+for a non-loopback bind) in --ready-file once the model is loaded. With --connect the model side
+dials a listening sim side instead (SIM_AS_SERVER=1). SIGTERM/SIGINT: clean exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from types import FrameType
+
+from harness import knobs
+from harness.policyload import PolicyError, load_policy
+from harness.server import ModelServer, connect_out
+from harness.wire.errors import WireError
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--policy", default=knobs.get("POLICY"), help="name under policy/, or a wrapper directory")
+    p.add_argument("--ckpt", default=knobs.get("CKPT_NAME"), help="checkpoint path or name under $BUNDLE/checkpoints")
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=knobs.get("POLICY_ARGS").split(),
+        metavar="KEY=VALUE", help="override a deploy_policy.yml setting (repeatable; also POLICY_ARGS)",
+    )
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--ready-file", help="listen, and publish where in this file")
+    mode.add_argument("--connect", metavar="HOST:PORT|READY_FILE",
+                      help="sim-as-server: dial HOST:PORT once, or each sim client publishing READY_FILE")
+    p.add_argument("--connect-timeout", type=float, default=300.0, help="seconds to keep dialling HOST:PORT")
+    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        policy = load_policy(args.policy, args.ckpt, args.overrides)
+        stop = threading.Event()
+        server = None if args.connect else ModelServer(policy, args.ready_file)
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            stop.set()
+            if server is None:  # dialled out: nothing to clean up, and recv would wait for the sim
+                raise SystemExit(0)
+            server.shutdown()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        if server is not None:
+            server.serve_forever()
+        else:
+            connect_out(policy, args.connect, args.connect_timeout, stop)
+    except (PolicyError, WireError) as exc:
+        print(f"policy_model_server: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

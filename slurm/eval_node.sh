@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The per-node payload of `srun` (one task per node); also runs by hand without Slurm.
+# Everything comes from the environment (knobs: `python -m harness.knobs --markdown`). On this node it
+# stages envs/checkpoint into NODE_CACHE if cold, installs SIM_PIN into the staged sim env, refreshes
+# the code from the shared tree, then starts one worker per GPU slot x WORKERS_PER_GPU (CPU_WORKERS on
+# a node without GPUs) and waits. It exits non-zero only for a node-level failure (staging, pin, or
+# every worker failed), so a `--kill-on-bad-exit=0` pool keeps going without this node.
+set -euo pipefail
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,7p' "$0" | cut -c3-; exit 0; fi
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/env.sh"
+exports="$("$SIM_PY" -m harness.knobs --shell)"
+eval "$exports"
+: "${STUDY_RUN:?set STUDY_RUN to the run dir name under \$RUNS_ROOT}"
+node="$("$SIM_PY" -m harness.node name)"
+logs="$RUNS_ROOT/$STUDY_RUN/logs"
+mkdir -p "$logs"
+exec > >(tee -a "$logs/node-$node.log") 2>&1
+echo "[node $node] $(date -Is) start: run=$STUDY_RUN job=${SLURM_JOB_ID:-none}"
+
+# Stage if cold, pin, refresh code: prints exports of SIM_PY, MODEL_PY, EVAL_ROOT, PYTHONPATH, CKPT_DIR, HF_HOME.
+exports="$("$SIM_PY" -m harness.node prepare)"
+eval "$exports"
+cd "$EVAL_ROOT"
+
+plan="$("$SIM_PY" -m harness.node plan)"
+pids=()
+while read -r wid devices; do
+  [ "$devices" = "-" ] && devices=""
+  echo "[node $node] worker $wid CUDA_VISIBLE_DEVICES='$devices' log=$logs/worker-$wid.log"
+  CUDA_VISIBLE_DEVICES="$devices" WORKER_ID="$wid" bash harness/eval_worker.sh >"$logs/worker-$wid.log" 2>&1 &
+  pids+=("$!")
+done <<<"$plan"
+
+failed=0
+for pid in "${pids[@]}"; do wait "$pid" || failed=$((failed + 1)); done
+echo "[node $node] $(date -Is) done: ${#pids[@]} workers, $failed failed"
+[ "$failed" -lt "${#pids[@]}" ] || { echo "[node $node] every worker failed: see $logs/worker-*.log" >&2; exit 1; }

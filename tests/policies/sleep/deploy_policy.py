@@ -1,0 +1,33 @@
+"""Test double: a policy that only sleeps (load_s once, infer_ms per chunk) and returns zeros, so
+queue and worker tests exercise a real model server without a model."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+
+class Sleeper:
+    def __init__(self, usr_args: dict[str, Any]) -> None:
+        self.shape = (1, usr_args["num_actions"], usr_args["action_dim"])
+        self.delay = float(os.environ.get("SLEEP_POLICY_MS", usr_args.get("infer_ms", 2))) / 1000
+
+    def generate_actions(self, proprio: np.ndarray) -> np.ndarray:
+        time.sleep(self.delay)
+        return np.zeros(self.shape, np.float32)
+
+
+def get_model(usr_args: dict[str, Any]) -> Sleeper:
+    time.sleep(float(usr_args.get("load_s", 0)))
+    return Sleeper(usr_args)
+
+
+def encode_obs(obs: dict[str, Any]) -> dict[str, Any]:
+    return {"proprio": np.asarray(obs["proprio"])}
+
+
+def reset_model(model: Sleeper) -> None:
+    """Stateless."""
