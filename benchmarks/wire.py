@@ -37,8 +37,11 @@ class PlainJsonCodec:
     def encode(self, msg: dict[str, Any]) -> bytes:
         def default(obj: Any) -> Any:
             if isinstance(obj, np.ndarray):
-                return {"__ndarray__": base64.b64encode(obj.tobytes()).decode(), "dtype": str(obj.dtype),
-                        "shape": list(obj.shape)}
+                return {
+                    "__ndarray__": base64.b64encode(obj.tobytes()).decode(),
+                    "dtype": str(obj.dtype),
+                    "shape": list(obj.shape),
+                }
             raise TypeError(type(obj).__name__)
 
         return json.dumps(msg, default=default).encode()
@@ -93,7 +96,9 @@ def measure(ready: Path, names: list[str], iters: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--iters", type=int, default=200, help="round trips per codec (default 200)")
     parser.add_argument("--serve", metavar="READY_FILE", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -57,7 +57,9 @@ class ChunkRunner:
 
     def __post_init__(self) -> None:
         if self.exec_actions < 0:
-            raise ValueError(f"EXEC_ACTIONS={self.exec_actions}: expected 0 (whole chunk) or a positive count")
+            raise ValueError(
+                f"EXEC_ACTIONS={self.exec_actions}: expected 0 (whole chunk) or a positive count"
+            )
         if not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"ACTION_SMOOTH={self.alpha}: expected 0 <= alpha <= 1")
         self._dims = smoothed_dims(self.action_dim, self.smooth_rot)
@@ -163,5 +165,5 @@ def ee6d_to_pose_euler(action: np.ndarray) -> np.ndarray:
 def pose_to_ee6d(xyz: np.ndarray, rot: np.ndarray, gripper: float | np.ndarray) -> np.ndarray:
     """One arm's ee6d [..., 10] from a position, a rotation matrix [..., 3, 3] and a gripper value."""
     xyz = np.asarray(xyz, dtype=np.float64)
-    grip = np.broadcast_to(np.asarray(gripper, dtype=np.float64), xyz.shape[:-1] + (1,))
+    grip = np.broadcast_to(np.asarray(gripper, dtype=np.float64), (*xyz.shape[:-1], 1))
     return np.concatenate([xyz, rot6d_from_matrix(rot), grip], axis=-1).astype(np.float32)

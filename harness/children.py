@@ -16,6 +16,7 @@ import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -34,20 +35,27 @@ def _die_with_parent(sig: int) -> Callable[[], None]:
 
 
 def spawn(
-    argv: list[str], log: Path, env: dict[str, str], death_signal: int = signal.SIGKILL
+    argv: list[str], log: Path | None, env: dict[str, str], death_signal: int = signal.SIGKILL
 ) -> subprocess.Popen:
-    """Start `argv` with stdout and stderr appended to `log`; it gets `death_signal` if we die."""
+    """Start `argv` with stdout and stderr appended to `log` (None: one pipe, `proc.stdout`); it
+    gets `death_signal` when we die."""
+    if log is None:
+        return _popen(argv, subprocess.PIPE, env, death_signal)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-            preexec_fn=_die_with_parent(death_signal),  # child side: only a prctl, no Python locks
-        )
+        return _popen(argv, out, env, death_signal)
+
+
+def _popen(argv: list[str], out: Any, env: dict[str, str], death_signal: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+        preexec_fn=_die_with_parent(death_signal),  # child side: only a prctl, no Python locks
+    )
 
 
 def stop(proc: subprocess.Popen, grace_s: float = 5.0) -> int:

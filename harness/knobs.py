@@ -47,7 +47,11 @@ KNOBS: dict[str, Knob] = {
         Knob("RT_SPP", "1", "ray-tracing samples per pixel (only for rt shaders)"),
         Knob("DENOISER", "none", "ray-tracing denoiser: none, oidn, optix"),
         Knob("RECORD_VIDEO", "1", "1: write videos/seed<N>.mp4 per episode"),
-        Knob("SIM_PIN", "", "simulator pin `pkg==ver [companion ...]` from $WHEELHOUSE, e.g. `sapien==3.0.2 setuptools<81`"),
+        Knob(
+            "SIM_PIN",
+            "",
+            "simulator pin `pkg==ver [companion ...]` from $WHEELHOUSE, e.g. `sapien==3.0.2 setuptools<81`",
+        ),
         # queue and worker
         Knob("QUEUE_MODE", "lease", "lease: work-stealing lease queue", False),
         Knob("UNIT_SEEDS", "0", "seeds per unit: 0 = whole (scene, task) cell, k = slices of k", False),
@@ -73,12 +77,19 @@ KNOBS: dict[str, Knob] = {
         Knob("CACHE_MAX_GB", "40", "node cache size bound in GB", False),
         # results
         Knob("RESULTS_VIDEOS", "link", "organize_results video tree: link (relative), copy, none", False),
-        Knob("STAGE_ENVS", "sim model", "envs under $ENVS_ROOT copied into NODE_CACHE (empty: none)", False),
+        Knob(
+            "STAGE_ENVS",
+            "sim model",
+            "venvs of SIM_PY / MODEL_PY copied into NODE_CACHE (`none`: run in place)",
+            False,
+        ),
         Knob("STAGE_BACKBONES", "", "HF hub dirs under $HF_HOME/hub staged with the checkpoint", False),
-        Knob("WHEELHOUSE", "envs/wheelhouse", "SIM_PIN wheels (relative to $EVAL_ROOT unless absolute)", False),
+        Knob(
+            "WHEELHOUSE", "envs/wheelhouse", "SIM_PIN wheels (relative to $EVAL_ROOT unless absolute)", False
+        ),
         Knob("NODE_NAME", "", "node name in worker ids and logs (empty: Slurm node name or hostname)", False),
         # orchestrators
-        Knob("LAUNCHER", "local", "orchestrators start node pools with: local (run_local.sh) or srun", False),
+        Knob("LAUNCHER", "local", "how orchestrators start pools: local (node scripts here) or srun", False),
         Knob("POOL_NODES", "2", "nodes in an orchestrator's pool (sweep, fill-in, multi-model pool)", False),
         Knob("SRUN_ARGS", "", "extra srun arguments, e.g. `--partition=gpu --gres=gpu:1`", False),
     ]
@@ -122,9 +133,7 @@ def contract_knobs(env: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def shell_exports() -> str:
-    return "\n".join(
-f'export {k.name}="${{{k.name}:-{k.default}}}"' for k in KNOBS.values()
-    )
+    return "\n".join(f'export {k.name}="${{{k.name}:-{k.default}}}"' for k in KNOBS.values())
 
 
 def markdown_table() -> str:

@@ -1,27 +1,28 @@
 """The filesystem lease queue: many workers on many nodes share one run dir and steal units from it.
 
-On-disk layout, all under `<run>/queue.txt.leases/` (the unit keys come from `harness.units`):
+On-disk layout, all under `<run>/queue.txt.leases/` (unit keys come from `harness.units`):
 
-    <key>/                 the unit's lease; claiming = `mkdir` of this dir (atomic, one winner).
-                           It stays after the unit is done or quarantined, so that no later mkdir
-                           can claim a finished unit, whatever a stale listing said.
-      owner.<gen>.json     the owner record (host, boot id, pid, process start, worker, SLURM_JOB_ID,
-                           claimed_at, generation), created exclusively, never rewritten
-      hb.<gen>.<n>         the heartbeat: every HEARTBEAT_S the owner renames n -> n+1 and touches it
-      done.<gen>           the owner's heartbeat, renamed when it finished the unit (the fence)
-      quarantined.<gen>    the same, when the unit reached CRASH_LIMIT
-      reaped.<gen>.<tok>   left by the reaper that won (for an instant, before the dir goes)
-    <key>.done             the unit is finished (for listings; written after `done.<gen>`)
-    <key>.crash.<n>        the n-th errored attempt of the unit (created exclusively; holds the error)
-    <key>.quarantine       CRASH_LIMIT reached: skipped from now on (holds the last error, as JSON)
-    .tomb.<key>.<tok>/     a released or reaped lease being deleted (transient)
+    <key>/                 the unit's lease; claiming = `mkdir` of this dir (atomic: one winner).
+                           Left empty once the unit is done, so that no later mkdir can claim a
+                           finished unit, whatever a stale listing said.
+      owner.<gen>.<n>      the owner record (JSON: host, boot id, pid, process start time, worker,
+                           SLURM_JOB_ID, claimed_at, generation), written once at the claim. It is
+                           the heartbeat too: every HEARTBEAT_S the owner renames it n -> n+1 and
+                           touches it; its content is never rewritten.
+      reaped.<gen>.<tok>   the owner file, renamed by the reaper that won (for an instant)
+      released.<gen>       the owner file, renamed by its owner releasing the unit (for an instant)
+    <key>.done             the unit is finished: its last owner file, renamed out of the lease dir
+    <key>.crash.<n>        the n-th errored attempt (created exclusively; holds the error). A unit
+                           with CRASH_LIMIT of them is quarantined: reported and never claimed again.
+    .tomb.<key>.<tok>/     a released or reaped lease dir being deleted (transient)
     .probe.<host>.<pid>    a process's probe of the server clock (transient)
 
 Every decision is the result of an atomic call (mkdir, rename, exclusive create): on NFS a stat or
 exists can be wrong for tens of seconds. A listing only proposes candidates; the mkdir decides.
-`<gen>` is fresh per claim, so no name is ever reused for another owner; see `harness.reaper` for
-staleness, reclaiming and fencing. `rm -rf queue.txt.leases` recovers from any state: leases, done
-marks, crash counts and quarantines go, and resume (records) tells again what is left to run.
+`<gen>` is fresh per claim, so no name is ever reused for another owner; `harness.reaper` says how
+staleness is judged and how reclaiming and fencing work. `rm -rf queue.txt.leases` recovers from
+any state: leases, done marks, crash counts and quarantines go, and resume (the records) tells
+again what is left to run.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ from harness.rundir import RunDir
 from harness.units import Unit, run_units
 
 DONE = ".done"
-QUARANTINE = ".quarantine"
 CRASH = ".crash."
+IDLE_S = 0.25  # first wait when every pending unit is leased; doubles up to HEARTBEAT_S
+MAX_MISSES = 8  # failed mkdirs in a row before the candidate list is re-listed
 
 
 def write_once(path: Path, text: str) -> bool:
@@ -60,47 +62,29 @@ def write_once(path: Path, text: str) -> bool:
     return True
 
 
-def _read_text(path: Path) -> str | None:
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except OSError:
-        return None
-
-
 class Lease:
-    """A claimed unit: heartbeats from a background thread until finished or lost."""
+    """A claimed unit. `lost` is set at the first heartbeat after a reaper took it."""
 
     def __init__(self, root: Path, unit: Unit, generation: str) -> None:
         self.root, self.unit, self.generation = root, unit, generation
         self.path = root / unit.key
         self.lost = threading.Event()
-        self._beat = 0
+        self.finished = False
+        self._n = 0
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def _beat_path(self, n: int) -> Path:
-        return self.path / f"hb.{self.generation}.{n}"
-
-    def start(self, interval: float) -> None:
-        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
-        self._thread.start()
-
-    def _run(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            if not self.beat():
-                return
+    def owner_file(self, n: int | None = None) -> Path:
+        return self.path / f"owner.{self.generation}.{self._n if n is None else n}"
 
     def beat(self) -> bool:
         """Refresh the heartbeat; False once the lease is lost (the rename finds its name gone)."""
         with self._lock:
-            if self.lost.is_set():
+            if self.lost.is_set() or self.finished:
                 return False
             try:
-                os.rename(self._beat_path(self._beat), self._beat_path(self._beat + 1))
-                self._beat += 1
-                os.utime(self._beat_path(self._beat), None)
+                os.rename(self.owner_file(), self.owner_file(self._n + 1))
+                self._n += 1
+                os.utime(self.owner_file(), None)
             except OSError as exc:
                 if not reaper.lost_errno(exc):
                     return True  # a transient error: the next beat retries
@@ -108,27 +92,59 @@ class Lease:
                 return False
             return True
 
-    def finish(self, final: str | None) -> bool:
-        """Release the lease: `final` "done" or "quarantined" keeps the dir (no one claims the unit
-        again), None deletes it (claimable again). False if the lease was lost first."""
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
+    def finish(self, done: bool) -> bool:
+        """Give the lease up, marking the unit done or leaving it claimable. The rename of our owner
+        file is the fence: after it no reaper can win, before it a reaper may have. False (and
+        nothing marked) if the lease was lost."""
         with self._lock:
-            if self.lost.is_set():
+            if self.lost.is_set() or self.finished:
                 return False
-            try:  # the fence: once our heartbeat name is gone, no reaper can win any more
-                os.rename(self._beat_path(self._beat), self.path / f"{final or 'released'}.{self.generation}")
+            target = (
+                self.root / f"{self.unit.key}{DONE}" if done else self.path / f"released.{self.generation}"
+            )
+            try:
+                os.rename(self.owner_file(), target)
             except OSError as exc:
                 if reaper.lost_errno(exc):
                     self.lost.set()
                     return False
                 raise
-        if final is None:
+            self.finished = True
+        if not done:
             tomb = self.root / f"{reaper.TOMB_PREFIX}{self.unit.key}.{secrets.token_hex(6)}"
             os.rename(self.path, tomb)
             shutil.rmtree(tomb, ignore_errors=True)
         return True
+
+
+class Heartbeat:
+    """One thread per worker process beats every lease it holds, so a long episode never looks dead."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.leases: set[Lease] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, lease: Lease) -> None:
+        with self._lock:
+            self.leases.add(lease)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="lease-heartbeat", daemon=True)
+                self._thread.start()
+
+    def discard(self, lease: Lease) -> None:
+        with self._lock:
+            self.leases.discard(lease)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.interval)
+            with self._lock:
+                leases = list(self.leases)
+            for lease in leases:
+                if not lease.beat():
+                    self.discard(lease)
 
 
 @dataclass
@@ -137,7 +153,6 @@ class Listing:
 
     leased: set[str] = field(default_factory=set)
     done: set[str] = field(default_factory=set)
-    quarantined: set[str] = field(default_factory=set)
     crashes: dict[str, int] = field(default_factory=dict)
     names: list[str] = field(default_factory=list)
 
@@ -154,28 +169,27 @@ def scan(root: Path) -> Listing:
             continue
         if name.endswith(DONE):
             listing.done.add(name[: -len(DONE)])
-        elif name.endswith(QUARANTINE):
-            listing.quarantined.add(name[: -len(QUARANTINE)])
         elif CRASH in name:
             key, _, n = name.rpartition(CRASH)
             if n.isdigit():
                 listing.crashes[key] = max(listing.crashes.get(key, 0), int(n))
         else:
             present.add(name)
-    listing.leased = present - listing.done - listing.quarantined
+    listing.leased = present - listing.done
     return listing
 
 
 class LeaseQueue:
-    """One worker's view of the queue: claims in its own random order, remembers what is done."""
+    """One worker's view of the queue: claims in its own random order and remembers what is
+    finished, so a claim costs one mkdir, not a scan of every lease (O(units) traffic on NFS)."""
 
     def __init__(self, run: RunDir, units: list[Unit], worker_id: str, rng: random.Random | None = None):
         self.root = run.leases
         self.units = {unit.key: unit for unit in units}
         self.worker_id = worker_id
         self.ttl = knobs.get_float("LEASE_TTL")
-        self.heartbeat_s = knobs.get_float("HEARTBEAT_S")
         self.crash_limit = knobs.get_int("CRASH_LIMIT")
+        self.heartbeat = Heartbeat(knobs.get_float("HEARTBEAT_S"))
         self.judge = reaper.Judge(self.ttl, knobs.get_float("LEASE_SKEW_S"))
         self.clock = reaper.ServerClock(self.root)
         self.rng = rng or random.Random(f"{worker_id}.{os.getpid()}.{time.time_ns()}")
@@ -185,32 +199,38 @@ class LeaseQueue:
         self._leased: set[str] = set()
         self._misses = 0
         self._last_reap = time.monotonic()
+        self._idle_s = IDLE_S
+        self.root.mkdir(parents=True, exist_ok=True)
 
     def claim(self, stop: threading.Event | None = None) -> Lease | None:
         """The next unit to work on, or None when every unit is done or quarantined (or `stop`)."""
-        self.root.mkdir(parents=True, exist_ok=True)
         while stop is None or not stop.is_set():
-            if not self._candidates or self._misses > 8:
-                if not self._refresh():
+            if not self._candidates or self._misses > MAX_MISSES:
+                if not self.refresh():
                     return None
                 if not self._candidates:
                     if not self.reap_pass():
-                        time.sleep(min(self.heartbeat_s, 2.0))
+                        time.sleep(self._idle_s)
+                        self._idle_s = min(self._idle_s * 2, self.heartbeat.interval)
                     continue
             elif time.monotonic() - self._last_reap > self.ttl / 2:
                 self.reap_pass()
-            key = self._candidates.pop()
-            lease = self._try(key)
+            lease = self._try(self._candidates.pop())
             if lease is not None:
+                self._idle_s = IDLE_S
                 return lease
         return None
 
-    def _refresh(self) -> bool:
+    def quarantined(self, key: str) -> bool:
+        return self.crashes.get(key, 0) >= self.crash_limit
+
+    def refresh(self) -> bool:
         """Re-list the queue; False when nothing is left to do."""
         listing = scan(self.root)
         reaper.sweep_tombs(self.root, listing.names)
-        self.finished |= (listing.done | listing.quarantined) & self.units.keys()
         self.crashes.update(listing.crashes)
+        self.finished |= listing.done & self.units.keys()
+        self.finished |= {key for key in self.units if self.quarantined(key)}
         self._leased = listing.leased & self.units.keys()
         pending = [key for key in self.units if key not in self.finished]
         self._candidates = [key for key in pending if key not in self._leased]
@@ -226,11 +246,9 @@ class LeaseQueue:
             self._misses += 1
             return None
         self._misses = 0
-        generation = secrets.token_hex(6)
-        write_once(path / f"owner.{generation}.json", json.dumps(owner_record(self.worker_id, generation)))
-        write_once(path / f"hb.{generation}.0", "")
-        lease = Lease(self.root, self.units[key], generation)
-        lease.start(self.heartbeat_s)
+        lease = Lease(self.root, self.units[key], secrets.token_hex(6))
+        write_once(lease.owner_file(), json.dumps(owner_record(self.worker_id, lease.generation)))
+        self.heartbeat.add(lease)
         return lease
 
     def reap_pass(self) -> list[str]:
@@ -242,42 +260,34 @@ class LeaseQueue:
             view = reaper.inspect(self.root, key, now)
             if view is None:
                 self._candidates.append(key)  # released meanwhile: worth a try
-            elif view.final is not None:  # its owner died between the fence and the marker
-                if view.final == "done":
-                    write_once(self.root / f"{key}{DONE}", "")
+            elif view.done:
                 self.finished.add(key)
             elif self.judge.reason(view) is not None and reaper.reap(self.root, view):
                 reaped.append(key)
                 self._candidates.append(key)
-        self._leased -= set(self._candidates)
+        self._leased -= set(self._candidates) | self.finished
         return reaped
 
     def mark(self, lease: Lease, done: bool) -> bool:
         """Release `lease`, as done or not. False if the lease was lost: then nothing is marked."""
-        if not lease.finish("done" if done else None):
-            return False
-        if done:
-            write_once(self.root / f"{lease.unit.key}{DONE}", "")
+        self.heartbeat.discard(lease)
+        ok = lease.finish(done)
+        if ok and done:
             self.finished.add(lease.unit.key)
-        return True
+        return ok
 
     def release_errored(self, lease: Lease, error: str) -> bool:
-        """Count one errored attempt of the unit and release it; at CRASH_LIMIT it is quarantined
-        (its dir kept, so never claimed again). True if quarantined."""
-        unit = lease.unit
-        n = self.crashes.get(unit.key, 0) + 1
-        while not write_once(self.root / f"{unit.key}{CRASH}{n}", error):
+        """Count one errored attempt of the unit and release it; True if that reached CRASH_LIMIT
+        (the unit is quarantined: never claimed again)."""
+        key = lease.unit.key
+        n = self.crashes.get(key, 0) + 1
+        while not write_once(self.root / f"{key}{CRASH}{n}", error):
             n += 1
-        self.crashes[unit.key] = n
-        if n < self.crash_limit:
-            lease.finish(None)
-            return False
-        info = {"error": error, "crashes": n, "worker": self.worker_id, "at": time.time()}
-        write_once(self.root / f"{unit.key}{QUARANTINE}", json.dumps(info))
-        self.finished.add(unit.key)
-        lease.finish("quarantined")
-        return True
-
+        self.crashes[key] = n
+        self.mark(lease, done=False)
+        if self.quarantined(key):
+            self.finished.add(key)
+        return self.quarantined(key)
 
 
 @dataclass
@@ -288,45 +298,42 @@ class UnitState:
     unit: Unit
     state: str  # done, leased, pending, quarantined
     owner: dict[str, Any] | None = None
-    heartbeat_age: float | None = None
+    heartbeat_age: float | None = None  # seconds since the owner's last heartbeat (server clock)
     stale: str | None = None  # why the reaper would reclaim it, if it would
     crashes: int = 0
     last_error: str | None = None
 
 
 def snapshot(run_dir: Path | RunDir, units: list[Unit] | None = None) -> list[UnitState]:
-    """Every unit's queue state (units default: from the run's plan). Changes nothing in the queue:
-    it only creates and removes a clock probe of its own (the local clock if it cannot)."""
+    """Every unit's queue state (units default: the run's plan). Changes nothing in the queue: it
+    only creates and removes a clock probe of its own (and uses the local clock if it cannot)."""
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
     units = run_units(run) if units is None else units
     listing = scan(run.leases)
     now = reaper.ServerClock(run.leases).now()
     judge = reaper.Judge(knobs.get_float("LEASE_TTL"), knobs.get_float("LEASE_SKEW_S"))
+    limit = knobs.get_int("CRASH_LIMIT")
     states = []
     for unit in units:
         key = unit.key
-        crashes = listing.crashes.get(key, 0)
-        state = UnitState(key, unit, "pending", crashes=crashes)
-        if crashes:
-            state.last_error = _read_text(run.leases / f"{key}{CRASH}{crashes}")
-        if key in listing.quarantined:
-            state.state = "quarantined"
-            state.last_error = _quarantine_error(run.leases / f"{key}{QUARANTINE}") or state.last_error
-        elif key in listing.done:
+        state = UnitState(key, unit, "pending", crashes=listing.crashes.get(key, 0))
+        if state.crashes:
+            state.last_error = _read_text(run.leases / f"{key}{CRASH}{state.crashes}")
+        if key in listing.done:
             state.state = "done"
+        elif state.crashes >= limit:
+            state.state = "quarantined"
         elif key in listing.leased and (view := reaper.inspect(run.leases, key, now)) is not None:
-            if view.final is not None:
-                state.state = "done" if view.final == "done" else "quarantined"
-                states.append(state)
-                continue
-            state.state, state.owner, state.heartbeat_age = "leased", view.owner, view.age
-            state.stale = judge.reason(view)
+            state.state = "done" if view.done else "leased"
+            if not view.done:
+                state.owner, state.heartbeat_age, state.stale = view.owner, view.age, judge.reason(view)
         states.append(state)
     return states
 
 
-def _quarantine_error(path: Path) -> str | None:
+def _read_text(path: Path) -> str | None:
     try:
-        return str(json.loads(_read_text(path) or "")["error"])
-    except (ValueError, KeyError, TypeError):
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
         return None

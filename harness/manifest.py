@@ -22,8 +22,9 @@ Public API
     Raise EVAL_TEST_NUM, or add a seed bank disjoint from the run's banks; recorded in `history`,
     the contract hash is unchanged. Idempotent: recording what is already recorded changes nothing.
 `planned_seeds(run_dir, manifest=None, env=os.environ) -> dict[Cell, list[int]]`
-    Every seed each unit should have a record for: the original bank's first EVAL_TEST_NUM, then
-    each fill-in bank's (`seed_banks(manifest)`). Workers plan their units from this.
+    Every seed each unit should have a record for: the first EVAL_TEST_NUM of the original bank and
+    of each fill-in bank, in the order the history added them (append-only, so unit slices of the
+    list stay stable across fill-ins). Workers plan their units from this.
 
 The contract holds: every contract knob (`harness.knobs.contract_knobs()`: policy, checkpoint name,
 benchmark, BENCH_CONFIG, SEEDS_ROOT, cameras, smoothing, rendering, SIM_PIN, ...), the checkpoint's
@@ -178,7 +179,12 @@ def diff_contracts(expected: dict[str, Any], actual: dict[str, Any], actual_labe
         a, b = want.get(key), have.get(key)
         if a != b:
             name = f"knob {key.removeprefix('knobs.')}" if key.startswith("knobs.") else key
-            lines.append(f"{name}: run.yaml has {a!r}, {actual_label} has {b!r}")
+            hint = (
+                f" (the code under {', '.join(CODE_PATHS)} changed since the run was created)"
+                if key == "code.sha256"
+                else ""
+            )
+            lines.append(f"{name}: run.yaml has {a!r}, {actual_label} has {b!r}{hint}")
     return lines
 
 
@@ -460,17 +466,36 @@ def seed_banks(manifest: Manifest) -> list[tuple[str, int]]:
     ]
 
 
+def _additions(manifest: Manifest) -> list[tuple[str, int, int]]:
+    """(SEEDS_ROOT, lo, hi) of the bank seeds each recorded step added, in the order they were added."""
+    original = manifest.knobs["SEEDS_ROOT"]
+    steps = []
+    for event in manifest.history:
+        if event["kind"] == "create":
+            steps.append((original, 0, int(event["eval_test_num"])))
+        elif event["kind"] == "seed_bank":
+            steps.append((event["seeds_root"], 0, int(event["eval_test_num"])))
+        elif event["kind"] == "eval_test_num":
+            steps.append((event.get("seeds_root", original), int(event["from"]), int(event["to"])))
+    return steps
+
+
 def planned_seeds(
     run_dir: Path | str,
     manifest: Manifest | None = None,
     env: Mapping[str, str] = os.environ,
 ) -> dict[Cell, list[int]]:
-    """Each unit's seeds: the first EVAL_TEST_NUM of each of the run's banks, original bank first."""
+    """Each unit's seeds over every bank of the run, in the order the run's history added them.
+
+    Append-only order matters: a unit slice covers an index range of this list, so seeds added by a
+    fill-in must never shift the seeds already planned (a finished slice would then stand for others).
+    """
     run = RunDir(Path(run_dir))
     manifest = manifest or load_manifest(run.root)
     cells = read_queue(run.queue)
     if manifest.contract["seeds"] is None:
         return {cell: list(range(manifest.eval_test_num)) for cell in cells}
     config, bundle = manifest.knobs["BENCH_CONFIG"], _bundle(env)
-    banks = [(read_bank(resolve_root(root, bundle), cells, config), n) for root, n in seed_banks(manifest)]
-    return {cell: [s for bank, n in banks for s in bank[cell][:n]] for cell in cells}
+    banks = {root: read_bank(resolve_root(root, bundle), cells, config) for root, _ in seed_banks(manifest)}
+    steps = _additions(manifest)
+    return {cell: [s for root, lo, hi in steps for s in banks[root][cell][lo:hi]] for cell in cells}

@@ -21,6 +21,10 @@ from harness.wire.readyfile import read_ready
 class ModelServerError(RuntimeError):
     """The model server could not be started; the message says why and where its log is."""
 
+    def __init__(self, message: str, killed: bool = False) -> None:
+        super().__init__(message)
+        self.killed = killed  # a signal ended it while starting (not its own failure)
+
 
 class ModelServer:
     def __init__(self, ready_file: Path, log: Path, env: dict[str, str]) -> None:
@@ -33,19 +37,26 @@ class ModelServer:
         root = Path(self.env.get("EVAL_ROOT", "."))
         argv = [self.env.get("MODEL_PY", "python"), str(root / "scripts" / "policy_model_server.py")]
         argv += ["--policy", knobs.get("POLICY"), "--ready-file", str(self.ready_file)]
-        if knobs.get("CKPT_NAME"):
-            argv += ["--ckpt", knobs.get("CKPT_NAME")]
-        for item in knobs.get("POLICY_ARGS").split():
-            argv += ["--set", item]
-        return argv
+        ckpt = self.env.get("CKPT_DIR") or knobs.get("CKPT_NAME")  # the node-local copy, when staged
+        return argv + (["--ckpt", ckpt] if ckpt else [])  # the server reads POLICY_ARGS itself
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def ensure(self, timeout_s: float) -> dict[str, Any]:
-        """The running server's ready info; (re)starts it first if it is not running."""
-        if self.alive():
-            return self.info
+    def ensure(self, timeout_s: float, attempts: int = 3) -> dict[str, Any]:
+        """The running server's ready info; (re)starts it first if it is not running. A start that
+        a signal killed is retried (up to `attempts` in all); one that failed by itself is not."""
+        attempt = 1
+        while not self.alive():
+            try:
+                return self._start(timeout_s)
+            except ModelServerError as exc:
+                if not exc.killed or attempt >= attempts:
+                    raise
+                attempt += 1
+        return self.info
+
+    def _start(self, timeout_s: float) -> dict[str, Any]:
         if self.proc is not None:
             children.stop(self.proc, grace_s=0)
         self.ready_file.unlink(missing_ok=True)
@@ -54,7 +65,8 @@ class ModelServer:
         deadline = time.monotonic() + timeout_s
         while not self.ready_file.exists():
             if self.proc.poll() is not None:
-                raise ModelServerError(f"model server exited with {self.proc.returncode}: see {self.log}")
+                message = f"model server exited with {self.proc.returncode}: see {self.log}"
+                raise ModelServerError(message, killed=self.proc.returncode < 0)
             if time.monotonic() > deadline:
                 children.stop(self.proc)
                 raise ModelServerError(f"model server not ready within {timeout_s:g} s: see {self.log}")

@@ -30,7 +30,7 @@ def node_name() -> str:
 
 
 def gpu_slots() -> list[str]:
-    """The GPU device ids this node task may use: Slurm's CUDA_VISIBLE_DEVICES, else nvidia-smi outside Slurm."""
+    """GPU device ids this node task may use: Slurm's CUDA_VISIBLE_DEVICES, else nvidia-smi outside Slurm."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
     if visible and visible != "NoDevFiles":
         return [d.strip() for d in visible.split(",") if d.strip()]
@@ -65,7 +65,7 @@ def prepare(log=print) -> dict[str, str]:
     cache = Path(knobs.get("NODE_CACHE"))
     eval_root = Path(os.environ["EVAL_ROOT"]).resolve()
     pin = knobs.get("SIM_PIN").strip()
-    wanted = knobs.get("STAGE_ENVS").split()
+    wanted = [] if knobs.get("STAGE_ENVS").strip() == "none" else knobs.get("STAGE_ENVS").split()
     unknown = set(wanted) - {"sim", "model"}
     if unknown:
         raise StagingError(f"STAGE_ENVS={knobs.get('STAGE_ENVS')!r}: unknown env(s) {sorted(unknown)}")
@@ -74,6 +74,9 @@ def prepare(log=print) -> dict[str, str]:
     out = {"SIM_PY": os.environ["SIM_PY"], "MODEL_PY": os.environ["MODEL_PY"], "CKPT_DIR": ""}
     in_use: set[Path] = set()
     with node_lock(cache):
+        code = cache / "code" / f"{eval_root.name}-{hashlib.sha256(str(eval_root).encode()).hexdigest()[:8]}"
+        copied = sync_code(eval_root, code)
+        log(f"[node] code refreshed from {eval_root}: {copied} file(s) updated in {code}")
         for env_name in wanted:
             key = f"{env_name.upper()}_PY"
             python = out[key]
@@ -87,13 +90,11 @@ def prepare(log=print) -> dict[str, str]:
         backbones = knobs.get("STAGE_BACKBONES").split()
         if backbones:
             out["HF_HOME"] = str(_stage_backbones(cache, Path(os.environ["HF_HOME"]), backbones, in_use, log))
-        code = cache / "code" / f"{eval_root.name}-{hashlib.sha256(str(eval_root).encode()).hexdigest()[:8]}"
-        copied = sync_code(eval_root, code)
-        log(f"[node] code refreshed from {eval_root}: {copied} file(s) updated in {code}")
         keep = set(knobs.get("CACHE_KEEP").split())
         removed = prune(cache, int(knobs.get_float("CACHE_MAX_GB") * GB), in_use, keep)
         for path in removed:
             log(f"[node] pruned {path} (cache over CACHE_MAX_GB={knobs.get('CACHE_MAX_GB')})")
+    log(f"[node] SIM_PY={out['SIM_PY']} MODEL_PY={out['MODEL_PY']} CKPT_DIR={out['CKPT_DIR'] or '-'}")
     out["EVAL_ROOT"] = str(code)
     rest = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p and Path(p).resolve() != eval_root]
     out["PYTHONPATH"] = ":".join([str(code), *rest])
@@ -104,7 +105,9 @@ def _stage_env(cache: Path, python: Path, pin: str, eval_root: Path, log) -> Pat
     """Stage the venv of `python` (with the pin installed when given); returns the staged python."""
     venv = Path(os.path.abspath(python)).parent.parent
     if not is_venv(venv):
-        raise StagingError(f"cannot stage {python}: {venv} is not a Python venv (set STAGE_ENVS='' to run in place)")
+        raise StagingError(
+            f"cannot stage {python}: {venv} is not a Python venv (set STAGE_ENVS=none to run in place)"
+        )
     wheelhouse = Path(knobs.get("WHEELHOUSE"))
     wheelhouse = wheelhouse if wheelhouse.is_absolute() else eval_root / wheelhouse
 

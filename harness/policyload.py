@@ -102,7 +102,9 @@ class LoadedPolicy:
         arr = np.asarray(out, dtype=np.float32)
         want = (self.spec["chunk_len"], self.spec["action_dim"])
         if arr.ndim != 3 or arr.shape[0] < 1 or arr.shape[1:] != want:
-            raise PolicyError(f"{self.name}.generate_actions returned shape {arr.shape}, expected [B, *{want}]")
+            raise PolicyError(
+                f"{self.name}.generate_actions returned shape {arr.shape}, expected [B, *{want}]"
+            )
         if not np.all(np.isfinite(arr[0])):
             raise PolicyError(f"{self.name}.generate_actions returned non-finite actions")
         return arr[0]

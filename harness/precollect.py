@@ -141,7 +141,9 @@ def write_bank(pair: Pair, seeds: list[int]) -> None:
         for seed in seeds:
             array = np.load(pair.scratch / f"seed{seed}.npy")
             member = BytesIO()
-            np.lib.format.write_array(member, np.ascontiguousarray(array, dtype=np.float32), allow_pickle=False)
+            np.lib.format.write_array(
+                member, np.ascontiguousarray(array, dtype=np.float32), allow_pickle=False
+            )
             info = zipfile.ZipInfo(f"seed{seed}.npy", date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_DEFLATED
             archive.writestr(info, member.getvalue())
@@ -205,7 +207,11 @@ def _finish_ready(todo: list[Pair], banks: dict[tuple[str, str], Any], report: C
         shutil.rmtree(pair.scratch, ignore_errors=True)
         banks[(pair.task, pair.task_config)] = seeds
         todo.remove(pair)
-        short = f" (only {len(seeds)} of {pair.num} in seeds {pair.start}..{pair.stop - 1})" if len(seeds) < pair.num else ""
+        short = (
+            f" (only {len(seeds)} of {pair.num} in seeds {pair.start}..{pair.stop - 1})"
+            if len(seeds) < pair.num
+            else ""
+        )
         report(f"wrote {pair.bank_file} : {len(seeds)} seeds{short}")
         if short:
             print(f"warning: {pair.task} {pair.task_config}{short}", file=sys.stderr)

@@ -5,12 +5,12 @@ a probe file and `open()` + `fstat` reads it back fresh, the same way the heartb
 (a plain stat on NFS can be 20 s stale). Both sides being server-set, node clock skew cancels; a
 tolerance (LEASE_SKEW_S) covers filesystems that stamp client time instead.
 
-Reclaiming is two atomic renames. First the reaper renames the owner's current heartbeat file
-`hb.<gen>.<n>` to `reaped.<gen>.<token>`: that name is exactly what the owner renames at its next
-beat, so of all reapers and the owner exactly one wins, and a slow owner learns at its next beat
-that it lost the lease (fencing). Only the winner then renames the lease dir to a unique tombstone,
-checks that the tombstone holds its own `reaped.*` mark (else it moved a newer lease and puts it
-back) and deletes it.
+Reclaiming is two atomic renames. First the reaper renames the owner file `owner.<gen>.<n>` (which
+the owner renames to n+1 at every heartbeat) to `reaped.<gen>.<token>`: that name is exactly what
+the owner renames at its next beat, so of all reapers and the owner exactly one wins, and a slow
+owner learns at its next beat that it lost the lease (fencing). Only the winner then renames the
+lease dir to a unique tombstone, checks that the tombstone holds its own `reaped.*` mark (else it
+moved a newer lease, and puts it back) and deletes it.
 """
 
 from __future__ import annotations
@@ -66,39 +66,37 @@ class LeaseView:
     """What one look into a lease dir showed."""
 
     key: str
-    owner: dict[str, Any] | None
-    beat: str | None  # the current heartbeat file name
-    mtime: float  # server time of the last heartbeat (or of the dir, before the first)
+    owner: dict[str, Any] | None  # the owner record (None before the claimant wrote it)
+    beat: str | None  # the owner file's current name, `owner.<gen>.<n>`
+    mtime: float  # server time of the last heartbeat (of the dir, before the owner file exists)
     age: float
-    final: str | None = None  # "done" or "quarantined" once the owner finished the unit
+    done: bool = False  # an empty dir whose unit is done (the owner file became `<key>.done`)
 
 
 def inspect(root: Path, key: str, now: float) -> LeaseView | None:
     """The lease's owner and heartbeat age; None if the lease is gone (released or reaped)."""
     path = root / key
     try:
-        names = os.listdir(path)
-        final = next((n.split(".")[0] for n in names if n.startswith(("done.", "quarantined."))), None)
-        beats = [n for n in names if n.startswith("hb.")]
+        beats = [n for n in os.listdir(path) if n.startswith("owner.")]
         beat = max(beats, key=lambda n: int(n.rsplit(".", 1)[1])) if beats else None
         fd = os.open(path / beat if beat else path, os.O_RDONLY)
         try:
             mtime = os.fstat(fd).st_mtime
+            record = _parse(os.read(fd, 1 << 16)) if beat else None
         finally:
             os.close(fd)
     except (OSError, ValueError):
-        return None
-    record = next((_read_json(path / n) for n in names if n.startswith("owner.")), None)
-    return LeaseView(key, record, beat, mtime, now - mtime, final)
+        return None  # gone, or renamed by a heartbeat this instant (so: alive)
+    done = beat is None and (root / f"{key}.done").exists()
+    return LeaseView(key, record, beat, mtime, now - mtime, done)
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def _parse(data: bytes) -> dict[str, Any] | None:
     try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read())
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
-        return None  # gone, or being written right now
+        record = json.loads(data)
+    except ValueError:
+        return None  # being written right now
+    return record if isinstance(record, dict) else None
 
 
 class Judge:
@@ -112,7 +110,7 @@ class Judge:
 
     def reason(self, view: LeaseView) -> str | None:
         """Why this lease is dead, or None while it may still be alive (or finished)."""
-        if view.final is not None:
+        if view.done:
             return None
         if view.owner is not None and owners.dead_on_this_host(view.owner):
             return f"owner pid {view.owner.get('pid')} on this host is gone"

@@ -10,6 +10,7 @@ SIGTERM/SIGINT or `shutdown()`.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 import os
@@ -82,7 +83,12 @@ class Session:
         codec = next((c for c in msg["codecs"] if c in CODECS), None)
         if codec is None:
             raise WireError(f"no common codec: client offers {msg['codecs']}, server speaks {sorted(CODECS)}")
-        reply = {"type": "hello", "version": protocol.PROTOCOL_VERSION, "codec": codec, "spec": self.policy.spec}
+        reply = {
+            "type": "hello",
+            "version": protocol.PROTOCOL_VERSION,
+            "codec": codec,
+            "spec": self.policy.spec,
+        }
         if self.reply_token:
             reply["token"] = self.reply_token
         self.greeted = True
@@ -142,10 +148,8 @@ def serve_connection(
 
 
 def _try_send(conn: socket.socket, codec: Codec, msg: dict[str, Any]) -> None:
-    try:
+    with contextlib.suppress(WireError, OSError):
         send_frame(conn, codec.encode(msg))
-    except (WireError, OSError):
-        pass
 
 
 class ModelServer:

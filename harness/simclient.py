@@ -10,6 +10,7 @@ the simulator, or an error the policy server answers with, becomes an `error` re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -63,7 +64,8 @@ class SimClient:
             record = self.run_seed(seed)
             records.append(record)
             verdict = record["error"] or ("success" if record["success"] else "fail")
-            report(f"{self.unit.task} {self.task_config} seed {seed}: {verdict} ({record['steps']} steps, {record['wall_s']:.1f} s)")
+            took = f"{record['steps']} steps, {record['wall_s']:.1f} s"
+            report(f"{self.unit.task} {self.task_config} seed {seed}: {verdict} ({took})")
         return records
 
     def run_seed(self, seed: int) -> dict[str, Any]:
@@ -78,15 +80,15 @@ class SimClient:
             error = _error_text(exc)
         timing.sim_s += time.monotonic() - started
         if self.server_spec is None:  # first episode: agree with the server (a mismatch ends the unit)
-            spec = dict(episode.spec) if episode else {"benchmark": knobs.get("BENCHMARK"), "task": self.unit.task}
-            self.server_spec = self.client.hello(spec)
-        video = VideoWriter(self._video_path(seed)) if self.record_video and episode else None
+            fallback = {"benchmark": knobs.get("BENCHMARK"), "task": self.unit.task}
+            self.server_spec = self.client.hello(dict(episode.spec) if episode is not None else fallback)
+        video = VideoWriter(self._video_path(seed)) if self.record_video and episode is not None else None
         if episode is not None:
             try:
                 steps, success = self._episode(episode, seed, timing, video)
                 collided = episode.collided()
                 collision = getattr(episode, "collision_detail", lambda: None)()
-            except (PeerClosed, OSError):
+            except (PeerClosed, ConnectionError, TimeoutError):
                 if video is not None:
                     video.abandon()
                 raise  # the server is gone: no later seed can run either
@@ -98,12 +100,16 @@ class SimClient:
                 _close_quietly(episode)
         path = video.finish() if video is not None else None
         video_rel = str(path.relative_to(self._result_dir())) if path is not None else None
-        record = self._record(seed, success and error is None, collided, error, steps, timing, started, video_rel)
+        record = self._record(
+            seed, success and error is None, collided, error, steps, timing, started, video_rel
+        )
         record["collision"] = collision
         append_record(self._metrics_file(), record)
         return record
 
-    def _episode(self, episode: Episode, seed: int, timing: Timing, video: VideoWriter | None) -> tuple[int, bool]:
+    def _episode(
+        self, episode: Episode, seed: int, timing: Timing, video: VideoWriter | None
+    ) -> tuple[int, bool]:
         runner = ChunkRunner.from_knobs(episode.action_dim)
         self.client.reset(self.unit.task, self.task_config, episode.instruction, seed)
         if video is not None:
@@ -139,10 +145,11 @@ class SimClient:
     ) -> dict[str, Any]:  # fmt: skip
         spec = self.server_spec or {}
         return {
-            "task": self.unit.task, "scene": self.unit.scene, "task_config": self.task_config, "seed": int(seed),
-            "success": bool(success), "hard_success": bool(success and not collided), "error": error,
-            "steps": steps, "wall_s": round(time.monotonic() - started, 3), "sim_s": round(timing.sim_s, 3),
-            "model_s": round(timing.model_s, 3), "policy": spec.get("policy", ""), "ckpt": spec.get("ckpt", ""),
+            "task": self.unit.task, "scene": self.unit.scene, "task_config": self.task_config,
+            "seed": int(seed), "success": bool(success), "hard_success": bool(success and not collided),
+            "error": error, "steps": steps, "wall_s": round(time.monotonic() - started, 3),
+            "sim_s": round(timing.sim_s, 3), "model_s": round(timing.model_s, 3),
+            "policy": spec.get("policy", ""), "ckpt": spec.get("ckpt", ""),
             "host": socket.gethostname(), "worker": self.unit.writer_id, "sim_version": self.bench.version,
             "contract": os.environ.get("EVAL_CONTRACT"), "video": video,
             "finished_at": datetime.now(UTC).isoformat(timespec="microseconds"),
@@ -160,7 +167,11 @@ class SimClient:
     def _metrics_file(self) -> Path:
         spec = self.server_spec or {}
         return RunDir(self.unit.run_dir).metrics_file(
-            self.unit.task, spec.get("policy", ""), self.task_config, spec.get("ckpt", ""), self.unit.writer_id
+            self.unit.task,
+            spec.get("policy", ""),
+            self.task_config,
+            spec.get("ckpt", ""),
+            self.unit.writer_id,
         )
 
     def _progress(self, seed: int, step: int) -> None:
@@ -177,7 +188,5 @@ def _error_text(exc: BaseException) -> str:
 
 
 def _close_quietly(episode: Episode) -> None:
-    try:
+    with contextlib.suppress(Exception):  # closing a broken simulator must not hide the episode's error
         episode.close()
-    except Exception:  # closing a broken simulator must not hide the episode's own error
-        pass

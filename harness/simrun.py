@@ -9,8 +9,10 @@ running, so the worker can record that episode as errored.
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,15 +41,18 @@ def read_progress(path: Path) -> tuple[bytes, int | None]:
 def run_sim(
     argv: list[str],
     env: dict[str, str],
-    log: Path,
+    on_line: Callable[[str], None],
     progress: Path,
     stall_s: float,
     deadline: float,
     cancel: list[threading.Event],
 ) -> SimOutcome:
-    """Run the client to its end; kill it on a stall, at `deadline` (monotonic) or on any `cancel`."""
+    """Run the client to its end, passing each line it prints to `on_line`; kill it on a stall, at
+    `deadline` (monotonic) or on any `cancel` event."""
     progress.unlink(missing_ok=True)
-    proc = children.spawn(argv, log, env)
+    proc = children.spawn(argv, None, env)
+    reader = threading.Thread(target=_relay, args=(proc, on_line), daemon=True)
+    reader.start()
     last_raw, seed = b"", None
     last_change = time.monotonic()
     killed = None
@@ -67,5 +72,12 @@ def run_sim(
         if killed:
             children.stop(proc)
             break
+    returncode = proc.wait()
+    reader.join()
     _, final_seed = read_progress(progress)
-    return SimOutcome(proc.wait(), killed, final_seed if final_seed is not None else seed)
+    return SimOutcome(returncode, killed, final_seed if final_seed is not None else seed)
+
+
+def _relay(proc: subprocess.Popen, on_line: Callable[[str], None]) -> None:
+    for raw in proc.stdout:
+        on_line(raw.decode(errors="replace").rstrip())

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from datetime import datetime
 
 _ALIVE = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED", "RESIZING",
@@ -58,8 +57,3 @@ def allocation_end() -> float | None:
         return datetime.fromisoformat(text).timestamp()
     except ValueError:
         return None  # "N/A" or "UNLIMITED"
-
-
-def time_left() -> float | None:
-    end = allocation_end()
-    return None if end is None else end - time.time()

@@ -159,7 +159,9 @@ def prune(cache: Path, max_bytes: int, in_use: set[Path], keep_labels: set[str])
 
 def _copy(source: Path, dest: Path) -> None:
     """`cp -a` (keeps symlinks, modes and mtimes; reflinks where the filesystem can)."""
-    done = subprocess.run(["cp", "-a", "--reflink=auto", str(source), str(dest)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["cp", "-a", "--reflink=auto", str(source), str(dest)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         reason = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"cp exit {done.returncode}"
         cache = dest.parent.parent.parent

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from harness import knobs, seedbank
@@ -28,7 +29,7 @@ class Unit:
     hi: int
     seeds: tuple[int, ...]
 
-    @property
+    @cached_property
     def key(self) -> str:
         """The lease-dir name: readable, file-name-safe, unique even if sanitising collides."""
         raw = f"{self.scene}__{self.task}__{self.lo}-{self.hi}"

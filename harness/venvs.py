@@ -23,7 +23,8 @@ def is_venv(path: Path) -> bool:
 
 
 def relocate(venv: Path, old: Path) -> int:
-    """Rewrite every mention of `old` (the source venv path) in bin/ scripts and pyvenv.cfg.
+    """Rewrite every mention of `old` (the source venv path) and of the path the venv was created at
+    (pyvenv.cfg's `command`) in bin/ scripts and pyvenv.cfg to the venv's own path.
 
     Returns how many files changed.
     """
@@ -63,7 +64,9 @@ def parse_pin(pin: str) -> tuple[str, str, list[str]]:
     reqs = pin.split()
     name, sep, version = reqs[0].partition("==") if reqs else ("", "", "")
     if not sep or not name or not version or any(c in version for c in "<>=!~,;"):
-        raise StagingError(f"SIM_PIN={pin!r}: expected 'package==version [companion ...]', e.g. sapien==3.0.2")
+        raise StagingError(
+            f"SIM_PIN={pin!r}: expected 'package==version [companion ...]', e.g. sapien==3.0.2"
+        )
     return name, version, reqs
 
 

@@ -10,6 +10,7 @@ SIGTERM (its lease released, no record torn); non-zero when it cannot run at all
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -17,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -26,8 +28,15 @@ from harness.leases import Lease, LeaseQueue
 from harness.modelproc import ModelServer, ModelServerError
 from harness.records import append_record, read_tree
 from harness.rundir import RunDir
-from harness.simrun import SimOutcome, run_sim
+from harness.simrun import SimOutcome, read_progress, run_sim
 from harness.units import Unit, finished_seeds, missing_seeds, run_units
+
+SEED_IN_LINE = re.compile(r"\bseed (\d+)\b")
+
+
+def now_iso() -> str:
+    """The records' finished_at format (ISO 8601 UTC), comparable as strings."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 class WorkerLog:
@@ -58,7 +67,7 @@ def errored_record(unit: Unit, seed: int, error: str, info: dict, worker: str, w
         "sim_s": 0.0, "model_s": 0.0, "policy": info.get("policy", knobs.get("POLICY")),
         "ckpt": info.get("ckpt", ""), "host": socket.gethostname(), "worker": worker, "sim_version": "",
         "contract": os.environ.get("EVAL_CONTRACT", ""), "video": None,
-        "finished_at": datetime.now(UTC).isoformat(timespec="microseconds"),
+        "finished_at": now_iso(),
     }  # fmt: skip
 
 
@@ -124,12 +133,15 @@ class Worker:
 
     def work(self, queue: LeaseQueue, lease: Lease) -> None:
         """One claim: run the unit's missing seeds, then release it, done or not."""
-        unit = lease.unit
         try:
-            info = self.server.ensure(knobs.get_float("MODEL_START_TIMEOUT"))
+            self.run_unit(queue, lease)
         except ModelServerError:
             queue.mark(lease, done=False)
             raise
+
+    def run_unit(self, queue: LeaseQueue, lease: Lease) -> None:
+        unit = lease.unit
+        info = self.server.ensure(knobs.get_float("MODEL_START_TIMEOUT"))
         result_dir = self.run.result_dir(unit.task, info["policy"], unit.task_config, info.get("ckpt", ""))
         resume = knobs.get_bool("EVAL_RESUME_SEEDS")
         todo = missing_seeds(result_dir, unit) if resume else list(unit.seeds)
@@ -162,14 +174,19 @@ class Worker:
         todo, error = list(seeds), None
         while todo and not self.stop.is_set() and not lease.lost.is_set():
             info = self.server.ensure(knobs.get_float("MODEL_START_TIMEOUT"))
-            started = time.time()
-            log = self.run.logs / f"simclient-{self.worker_id}.log"
+            started, since = time.time(), now_iso()
             stall = knobs.get_float("STALL_TIMEOUT")
             cancel = [self.stop, lease.lost]
+            relay = self.sim_line_logger(unit)
             outcome = run_sim(
-                self.sim_argv(unit, todo), self.env, log, self.progress, stall, deadline, cancel
+                self.sim_argv(unit, todo), self.env, relay, self.progress, stall, deadline, cancel
             )
-            recorded = {s for s in todo if (unit.task, unit.task_config, s) in read_tree(result_dir).records}
+            records = read_tree(result_dir).records
+            recorded = {  # seeds this run of the client wrote a record for
+                s
+                for s in todo
+                if str(records.get((unit.task, unit.task_config, s), {}).get("finished_at", "")) >= since
+            }
             error = self.after_sim(unit, outcome, todo, recorded, info, time.time() - started) or error
             attempted = recorded | ({outcome.seed} if outcome.seed is not None else set())
             if not attempted & set(todo) or outcome.killed == "unit timeout":
@@ -198,6 +215,15 @@ class Worker:
             append_record(path, errored_record(unit, seed, why, info, self.worker_id, wall_s))
         self.log(f"{why}: episode recorded as errored", unit, seed)
         return why
+
+    def sim_line_logger(self, unit: Unit) -> Callable[[str], None]:
+        """The sim client's output goes into this worker's log, each line tagged with unit and seed."""
+
+        def relay(line: str) -> None:
+            seed = SEED_IN_LINE.search(line)
+            self.log(f"sim: {line}", unit, int(seed.group(1)) if seed else read_progress(self.progress)[1])
+
+        return relay
 
     def sim_argv(self, unit: Unit, seeds: list[int]) -> list[str]:
         root = Path(self.env.get("EVAL_ROOT", "."))

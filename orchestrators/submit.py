@@ -31,6 +31,7 @@ from harness.results.aggregate import summarize
 from harness.rundir import RunDir
 
 EVAL_ROOT = Path(__file__).resolve().parents[1]
+_UNFINISHED = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "UNKNOWN", "REQUEUED"}
 _PASSED = ("EVAL_ROOT", "BUNDLE", "RUNS_ROOT", "ENVS_ROOT", "SIM_PY", "MODEL_PY", "HF_HOME", "PYTHONPATH")
 
 
@@ -93,7 +94,17 @@ def submit(
             show(line)
             last = line
         time.sleep(poll_s)
-    return summarize_run(run, frozen, str(job.job_id), job.state, _node_results(job))
+    return summarize_run(run, frozen, str(job.job_id), _final_state(job), _node_results(job))
+
+
+def _final_state(job: submitit.Job, timeout_s: float = 30.0) -> str:
+    """Slurm's final state of the job (its tasks' results can exist while it is still COMPLETING)."""
+    deadline = time.monotonic() + timeout_s
+    state = job.state
+    while state in _UNFINISHED and time.monotonic() < deadline:
+        time.sleep(0.5)
+        state = job.get_info(mode="force").get("State", state)
+    return state
 
 
 def _node_results(job: submitit.Job) -> list[dict[str, object]]:
@@ -126,8 +137,12 @@ def summarize_run(run: RunDir, frozen: manifest.Manifest, job_id: str, state: st
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--run", default=os.environ.get("STUDY_RUN", ""), help="run name or path (default $STUDY_RUN)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--run", default=os.environ.get("STUDY_RUN", ""), help="run name or path (default $STUDY_RUN)"
+    )
     parser.add_argument("--nodes", type=int, required=True, help="nodes in the pool (one task each)")
     parser.add_argument("--gres", default="", help="per-node gres, e.g. gpu:1")
     parser.add_argument("--partition", default="", help="Slurm partition (default: the cluster's default)")
@@ -139,15 +154,25 @@ def main() -> int:
         parser.error("no run: pass --run or set STUDY_RUN")
     if args.nodes < 1:
         parser.error(f"--nodes {args.nodes}: expected at least 1")
-    root = Path(args.run) if "/" in args.run else Path(os.environ.get("RUNS_ROOT", EVAL_ROOT / "runs")) / args.run
+    root = (
+        Path(args.run)
+        if "/" in args.run
+        else Path(os.environ.get("RUNS_ROOT", EVAL_ROOT / "runs")) / args.run
+    )
     run = RunDir(root.resolve())
     if args.queue is not None:
         manifest.create_run(run.root, args.queue)
     if not run.manifest.exists():
-        parser.error(f"{run.root} is not a run dir (no run.yaml): create it with scripts/new_run.py or --queue")
+        parser.error(
+            f"{run.root} is not a run dir (no run.yaml): create it with scripts/new_run.py or --queue"
+        )
     summary = submit(
-        run, args.nodes, gres=args.gres, partition=args.partition,
-        timeout_min=args.timeout_min, cpus_per_task=args.cpus_per_task,
+        run,
+        args.nodes,
+        gres=args.gres,
+        partition=args.partition,
+        timeout_min=args.timeout_min,
+        cpus_per_task=args.cpus_per_task,
     )
     print(json.dumps(asdict(summary), indent=1))
     return 0 if summary.done == summary.planned else 1

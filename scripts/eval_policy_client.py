@@ -29,10 +29,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scene", required=True, help="scene of the unit (ManiSkill: table)")
     p.add_argument("--task", required=True, help="task of the unit, e.g. PickCube")
     p.add_argument("--seeds", type=int, nargs="+", required=True, help="episode seeds to run, in order")
-    p.add_argument("--ready-file", type=Path, required=True, help="model server's ready file (ours with SIM_AS_SERVER=1)")
+    p.add_argument(
+        "--ready-file", type=Path, required=True, help="model server's ready file (ours with SIM_AS_SERVER=1)"
+    )
     p.add_argument("--writer-id", required=True, help="this writer's id: names its own metrics file")
     p.add_argument("--progress-file", type=Path, help='replaced each step with {"seed": N, "step": K}')
-    p.add_argument("--connect-timeout", type=float, default=300.0, help="seconds to wait for the server (300)")
+    p.add_argument(
+        "--connect-timeout", type=float, default=300.0, help="seconds to wait for the server (300)"
+    )
     return p.parse_args(argv)
 
 
@@ -51,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     with client:
         try:
             SimClient(bench, client, unit).run(report=lambda line: print(line, flush=True))
-        except (PeerClosed, OSError) as exc:
+        except (PeerClosed, ConnectionError, TimeoutError) as exc:
             print(f"eval_policy_client: lost the model server: {exc}", file=sys.stderr)
             return 3
         except WireError as exc:  # the hello refused the pairing (spec or version mismatch)

@@ -23,15 +23,24 @@ from harness.wire.errors import WireError
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", default=knobs.get("POLICY"), help="name under policy/, or a wrapper directory")
-    p.add_argument("--ckpt", default=knobs.get("CKPT_NAME"), help="checkpoint path or name under $BUNDLE/checkpoints")
     p.add_argument(
-        "--set", dest="overrides", action="append", default=knobs.get("POLICY_ARGS").split(),
-        metavar="KEY=VALUE", help="override a deploy_policy.yml setting (repeatable; also POLICY_ARGS)",
+        "--ckpt", default=knobs.get("CKPT_NAME"), help="checkpoint path or name under $BUNDLE/checkpoints"
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=knobs.get("POLICY_ARGS").split(),
+        metavar="KEY=VALUE",
+        help="override a deploy_policy.yml setting (repeatable; also POLICY_ARGS)",
     )
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--ready-file", help="listen, and publish where in this file")
-    mode.add_argument("--connect", metavar="HOST:PORT|READY_FILE",
-                      help="sim-as-server: dial HOST:PORT once, or each sim client publishing READY_FILE")
+    mode.add_argument(
+        "--connect",
+        metavar="HOST:PORT|READY_FILE",
+        help="sim-as-server: dial HOST:PORT once, or each sim client publishing READY_FILE",
+    )
     p.add_argument("--connect-timeout", type=float, default=300.0, help="seconds to keep dialling HOST:PORT")
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     return p.parse_args(argv)

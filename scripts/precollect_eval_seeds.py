@@ -19,22 +19,42 @@ from pathlib import Path
 from harness import knobs
 from harness.precollect import Pair, run_pairs, write_queue
 
-SHIPPED_TASKS = ["PickCube", "PushCube", "PullCube", "StackCube", "LiftPegUpright", "PlaceSphere", "PullCubeTool"]
+SHIPPED_TASKS = [
+    "PickCube",
+    "PushCube",
+    "PullCube",
+    "StackCube",
+    "LiftPegUpright",
+    "PlaceSphere",
+    "PullCubeTool",
+]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--root", type=Path, default=Path("seeds/maniskill"), help="seed bank root")
     parser.add_argument("--tasks", nargs="+", default=SHIPPED_TASKS, help="tasks (default: the shipped list)")
-    parser.add_argument("--configs", nargs="+", default=["clean"], help="BENCH_CONFIG levels (default: clean)")
-    parser.add_argument("--scene", default="table", help="scene name in task_config and the queue (default: table)")
+    parser.add_argument(
+        "--configs", nargs="+", default=["clean"], help="BENCH_CONFIG levels (default: clean)"
+    )
+    parser.add_argument(
+        "--scene", default="table", help="scene name in task_config and the queue (default: table)"
+    )
     parser.add_argument("--num", type=int, default=10, help="seeds per bank (default: 10)")
     parser.add_argument("--start", type=int, default=0, help="first candidate seed (default: 0)")
-    parser.add_argument("--max-candidates", type=int, default=40, help="candidate seeds per bank (default: 40)")
-    parser.add_argument("--jobs", type=int, default=2, help="worker processes (default: 2)")
-    parser.add_argument("--benchmark", default=knobs.get("BENCHMARK"), help="benchmark spec (default: $BENCHMARK)")
     parser.add_argument(
-        "--queue-file", type=Path, help="queue file to write (default: <root>_queue.txt, e.g. seeds/maniskill_queue.txt)"
+        "--max-candidates", type=int, default=40, help="candidate seeds per bank (default: 40)"
+    )
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes (default: 2)")
+    parser.add_argument(
+        "--benchmark", default=knobs.get("BENCHMARK"), help="benchmark spec (default: $BENCHMARK)"
+    )
+    parser.add_argument(
+        "--queue-file",
+        type=Path,
+        help="queue file to write (default: <root>_queue.txt, e.g. seeds/maniskill_queue.txt)",
     )
     args = parser.parse_args(argv)
     if args.num < 1 or args.max_candidates < args.num or args.jobs < 1 or args.start < 0:
@@ -47,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     began = time.monotonic()
     banks = run_pairs(pairs, args.benchmark, args.jobs, report=lambda line: print(line, flush=True))
-    full = [t for t in args.tasks if all(len(banks[(t, p.task_config)]) >= args.num for p in pairs if p.task == t)]
+    full = [
+        t for t in args.tasks if all(len(banks[(t, p.task_config)]) >= args.num for p in pairs if p.task == t)
+    ]
     queue = args.queue_file or args.root.with_name(args.root.name + "_queue.txt")
     write_queue(queue, args.scene, full)
     print(f"wrote {queue}: {len(full)} units; {time.monotonic() - began:.0f} s")

@@ -15,6 +15,8 @@ node="$("$SIM_PY" -m harness.node name)"
 logs="$RUNS_ROOT/$STUDY_RUN/logs"
 mkdir -p "$logs"
 exec > >(tee -a "$logs/node-$node.log") 2>&1
+tee_pid=$!
+trap 'exec >&- 2>&-; wait "$tee_pid"' EXIT  # the log is complete when the node script has exited
 echo "[node $node] $(date -Is) start: run=$STUDY_RUN job=${SLURM_JOB_ID:-none}"
 
 # Stage if cold, pin, refresh code: prints exports of SIM_PY, MODEL_PY, EVAL_ROOT, PYTHONPATH, CKPT_DIR, HF_HOME.

@@ -20,8 +20,12 @@ def main(out: str) -> None:
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]").save_pretrained(out)
     torch.manual_seed(0)
     config = BertConfig(
-        vocab_size=len(WORDS), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=32, max_position_embeddings=64,
+        vocab_size=len(WORDS),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
     )
     BertModel(config).save_pretrained(out)
 

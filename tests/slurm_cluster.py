@@ -57,7 +57,11 @@ def status(state: Path = DEFAULT_STATE) -> dict[str, str]:
     if not conf_path(state).exists() or not _all_alive(state):
         return {}
     done = subprocess.run(
-        ["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True, env=client_env(state), timeout=10
+        ["sinfo", "-h", "-N", "-o", "%N %t"],
+        capture_output=True,
+        text=True,
+        env=client_env(state),
+        timeout=10,
     )
     if done.returncode != 0:
         return {}
@@ -67,7 +71,11 @@ def status(state: Path = DEFAULT_STATE) -> dict[str, str]:
 def healthy(state: Path = DEFAULT_STATE) -> bool:
     nodes = status(state)
     meta = _meta(state)
-    return bool(nodes) and len(nodes) == meta.get("nodes") and all(s.rstrip("*") in _READY for s in nodes.values())
+    return (
+        bool(nodes)
+        and len(nodes) == meta.get("nodes")
+        and all(s.rstrip("*") in _READY for s in nodes.values())
+    )
 
 
 _READY = {"idle", "mix", "alloc", "comp"}
@@ -201,8 +209,15 @@ def _start_munge(state: Path, env: dict[str, str]) -> None:
     _daemon(
         state,
         "munged",
-        ["munged", f"--socket={sock}", f"--key-file={key}", f"--pid-file={state}/run/munged.pid",
-         f"--log-file={state}/log/munged.log", f"--seed-file={state}/munge/seed", "--force"],
+        [
+            "munged",
+            f"--socket={sock}",
+            f"--key-file={key}",
+            f"--pid-file={state}/run/munged.pid",
+            f"--log-file={state}/log/munged.log",
+            f"--seed-file={state}/munge/seed",
+            "--force",
+        ],
         env,
     )
     _wait_for(lambda: sock.exists(), 10, "munged", state / "log" / "munged.log")
@@ -213,15 +228,34 @@ def _start_mariadb(state: Path, meta: dict, env: dict[str, str]) -> None:
     log = state / "log" / "mariadb.log"
     with open(log, "ab") as out:
         done = subprocess.run(
-            ["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root", "--skip-test-db",
-             "--auth-root-authentication-method=normal"],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+            [
+                "mariadb-install-db",
+                "--no-defaults",
+                f"--datadir={data}",
+                "--user=root",
+                "--skip-test-db",
+                "--auth-root-authentication-method=normal",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
         )
     if done.returncode != 0:
         raise ClusterError(f"mariadb-install-db failed: see {log}")
-    args = ["mariadbd", "--no-defaults", f"--datadir={data}", "--user=root", "--bind-address=127.0.0.1",
-            f"--port={meta['db']}", f"--socket={state}/run/mysqld.sock", f"--pid-file={state}/run/mariadbd.pid",
-            "--skip-grant-tables", f"--log-error={log}", "--innodb-buffer-pool-size=32M"]
+    args = [
+        "mariadbd",
+        "--no-defaults",
+        f"--datadir={data}",
+        "--user=root",
+        "--bind-address=127.0.0.1",
+        f"--port={meta['db']}",
+        f"--socket={state}/run/mysqld.sock",
+        f"--pid-file={state}/run/mariadbd.pid",
+        "--skip-grant-tables",
+        f"--log-error={log}",
+        "--innodb-buffer-pool-size=32M",
+    ]
     _daemon(state, "mariadbd", args, env, foreground=True)
     _wait_port(state, meta["db"], "mariadbd")
 
@@ -236,8 +270,13 @@ def _daemon(state: Path, name: str, args: list[str], env: dict[str, str], foregr
     """Start a daemon detached: stdin /dev/null, output to its log, no inherited fds, own session."""
     with open(state / "log" / f"{name}.stdout", "ab") as out:
         proc = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-            close_fds=True, start_new_session=True,
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            close_fds=True,
+            start_new_session=True,
         )
     if foreground:
         return
@@ -291,7 +330,9 @@ def _meta(state: Path) -> dict:
 
 def _all_alive(state: Path) -> bool:
     meta = _meta(state)
-    names = ["munged", "mariadbd", "slurmdbd", "slurmctld"] + [f"slurmd-n{i}" for i in range(1, meta.get("nodes", 0) + 1)]
+    names = ["munged", "mariadbd", "slurmdbd", "slurmctld"] + [
+        f"slurmd-n{i}" for i in range(1, meta.get("nodes", 0) + 1)
+    ]
     return bool(meta) and all(_alive(_read_pid(state / "run" / f"{n}.pid")) for n in names)
 
 
@@ -314,10 +355,14 @@ def _alive(pid: int) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("action", choices=["up", "down", "status"])
     parser.add_argument("--nodes", type=int, default=3, help="slurmd nodes n1..nN (default 3)")
-    parser.add_argument("--state", type=Path, default=DEFAULT_STATE, help=f"state dir (default {DEFAULT_STATE})")
+    parser.add_argument(
+        "--state", type=Path, default=DEFAULT_STATE, help=f"state dir (default {DEFAULT_STATE})"
+    )
     args = parser.parse_args()
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     try:

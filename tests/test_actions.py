@@ -75,16 +75,29 @@ def test_fake_proprio() -> None:
 
 
 def test_from_knobs(monkeypatch: pytest.MonkeyPatch) -> None:
-    for k, v in {"EXEC_ACTIONS": "20", "ACTION_SMOOTH": "0.7", "SMOOTH_ROT": "0", "FAKE_PROPRIO": "1"}.items():
+    for k, v in {
+        "EXEC_ACTIONS": "20",
+        "ACTION_SMOOTH": "0.7",
+        "SMOOTH_ROT": "0",
+        "FAKE_PROPRIO": "1",
+    }.items():
         monkeypatch.setenv(k, v)
     runner = ChunkRunner.from_knobs(20)
-    assert (runner.exec_actions, runner.alpha, runner.smooth_rot, runner.fake_proprio) == (20, 0.7, False, True)
+    assert (runner.exec_actions, runner.alpha, runner.smooth_rot, runner.fake_proprio) == (
+        20,
+        0.7,
+        False,
+        True,
+    )
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"action_dim": 7}, "action_dim 7"), ({"action_dim": 10, "alpha": 1.5}, "ACTION_SMOOTH"),
-     ({"action_dim": 10, "exec_actions": -1}, "EXEC_ACTIONS")],
+    [
+        ({"action_dim": 7}, "action_dim 7"),
+        ({"action_dim": 10, "alpha": 1.5}, "ACTION_SMOOTH"),
+        ({"action_dim": 10, "exec_actions": -1}, "EXEC_ACTIONS"),
+    ],
 )
 def test_bad_settings(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -217,3 +217,11 @@ def test_new_run_cli(run: Path, queue: Path, env: dict, tmp_path: Path) -> None:
     assert cli("--fill-in", "--test-num", "3").returncode == 0
     assert cli("--verify", EVAL_TEST_NUM="3").stdout.strip() == digest
     assert cli("--fill-in").returncode == 2
+
+
+def test_planned_seeds_only_ever_grow_at_the_end(run: Path, queue: Path, env: dict) -> None:
+    mf.create_run(run, queue, env)
+    write_bank(Path(env["BUNDLE"]), "bank2", {u: [200, 201] for u in UNITS})
+    mf.record_fillin(run, seeds_root="bank2", env=env)
+    mf.record_fillin(run, eval_test_num=4, env=env)
+    assert mf.planned_seeds(run, env=env)[Cell("kitchen", "pick_cube")] == [100, 101, 200, 201, 102, 103]

@@ -41,8 +41,8 @@ def record(task: str, seed: int, success: bool, error: str | None = None) -> dic
 
 
 def test_node_commands() -> None:
-    pool = launch.Pool(RunDir(Path("/r/x")), 3, {}, "sweep-clean")
-    srun = launch.node_command(pool, "srun", Path("/e"), "--partition=gpu -t 60")
+    pool = launch.Pool(RunDir(Path("/r/x")), 3, {"A": "1"}, "sweep-clean")
+    [(srun, env)] = launch.node_commands(pool, "srun", Path("/e"), "--partition=gpu -t 60")
     assert srun[:5] == [
         "srun",
         "--nodes=3",
@@ -50,10 +50,13 @@ def test_node_commands() -> None:
         "--kill-on-bad-exit=0",
         "--job-name=eval-sweep-clean",
     ]
-    assert srun[5:] == ["--partition=gpu", "-t", "60", "bash", "/e/slurm/eval_node.sh"]
-    assert launch.node_command(pool, "local", Path("/e"), "") == ["bash", "/e/scripts/run_local.sh", "3"]
+    assert srun[5:] == ["--partition=gpu", "-t", "60", "bash", "/e/slurm/eval_node.sh"] and env == {"A": "1"}
+    local = launch.node_commands(pool, "local", Path("/e"), "")
+    assert [cmd for cmd, _ in local] == [["bash", "/e/slurm/eval_node.sh"]] * 3
+    names = [env["NODE_NAME"] for _, env in local]
+    assert len(set(names)) == 3 and all(n.startswith("sweep-clean-p") for n in names)
     with pytest.raises(launch.LaunchError, match="LAUNCHER='ssh'"):
-        launch.node_command(pool, "ssh", Path("/e"), "")
+        launch.node_commands(pool, "ssh", Path("/e"), "")
 
 
 def test_settings_name_bad_values() -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from wirekit import REPO, SPEC, client, model_python, obs, running_server, start_server_process, stop_process
 
 from harness.policyload import PolicyError, episode_seed, load_policy, parse_override
 from harness.wire import RemoteError
-from wirekit import REPO, SPEC, client, model_python, obs, running_server, start_server_process, stop_process
 
 
 def test_hold_returns_current_pose_dual_arm() -> None:
@@ -34,18 +34,18 @@ def write_traces(root: Path) -> dict[str, np.ndarray]:
 
 def test_replay_chunks_and_padding(tmp_path: Path) -> None:
     traces = write_traces(tmp_path / "bank")
-    with running_server(tmp_path, "replay", [f"seeds_root={tmp_path / 'bank'}", "num_actions=3"]):
-        with client(tmp_path / "ready.json") as c:
-            c.hello(SPEC)
-            c.reset("pick", "cfg", "pick it", 4)
-            np.testing.assert_array_equal(c.infer(obs(), 0), traces["seed4"][0:3])
-            np.testing.assert_array_equal(c.infer(obs(), 3), traces["seed4"][[3, 4, 4]])
-            c.reset("pick", "cfg", "pick it", 9)
-            with pytest.raises(RemoteError, match=r"no trace for \(task='pick', task_config='cfg', seed=9\)"):
-                c.infer(obs(), 0)
-            c.reset("place", "cfg", "x", 3)
-            with pytest.raises(RemoteError, match="no traces for task 'place'"):
-                c.infer(obs(), 0)
+    over = [f"seeds_root={tmp_path / 'bank'}", "num_actions=3"]
+    with running_server(tmp_path, "replay", over), client(tmp_path / "ready.json") as c:
+        c.hello(SPEC)
+        c.reset("pick", "cfg", "pick it", 4)
+        np.testing.assert_array_equal(c.infer(obs(), 0), traces["seed4"][0:3])
+        np.testing.assert_array_equal(c.infer(obs(), 3), traces["seed4"][[3, 4, 4]])
+        c.reset("pick", "cfg", "pick it", 9)
+        with pytest.raises(RemoteError, match=r"no trace for \(task='pick', task_config='cfg', seed=9\)"):
+            c.infer(obs(), 0)
+        c.reset("place", "cfg", "x", 3)
+        with pytest.raises(RemoteError, match="no traces for task 'place'"):
+            c.infer(obs(), 0)
 
 
 def test_replay_uses_seeds_root_knob(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -53,7 +53,9 @@ def test_replay_uses_seeds_root_knob(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("SEEDS_ROOT", str(tmp_path / "bank"))
     policy = load_policy("replay")
     episode = {"task": "pick", "task_config": "cfg", "seed": 3, "step": 4}
-    np.testing.assert_array_equal(policy.act({"episode": episode}, 3, 4), np.tile(traces["seed3"][4], (30, 1)))
+    np.testing.assert_array_equal(
+        policy.act({"episode": episode}, 3, 4), np.tile(traces["seed3"][4], (30, 1))
+    )
 
 
 @pytest.mark.parametrize(
@@ -81,10 +83,18 @@ def test_override_values_are_typed() -> None:
 def test_cli_help_and_bad_policy(tmp_path: Path) -> None:
     script = str(REPO / "scripts" / "policy_model_server.py")
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
-    assert "--ready-file" in subprocess.run([sys.executable, script, "--help"], env=env, capture_output=True,
-                                            text=True, check=True).stdout
-    bad = subprocess.run([sys.executable, script, "--policy", "nope", "--ready-file", str(tmp_path / "r")],
-                         env=env, capture_output=True, text=True)
+    assert (
+        "--ready-file"
+        in subprocess.run(
+            [sys.executable, script, "--help"], env=env, capture_output=True, text=True, check=True
+        ).stdout
+    )
+    bad = subprocess.run(
+        [sys.executable, script, "--policy", "nope", "--ready-file", str(tmp_path / "r")],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "policy 'nope'" in bad.stderr
 
 
@@ -114,8 +124,12 @@ def test_server_process_sigterm(tmp_path: Path, model_py: str) -> None:
 @pytest.fixture(scope="module")
 def tiny_hf(tmp_path_factory: pytest.TempPathFactory, model_py: str) -> Path:
     out = tmp_path_factory.mktemp("tiny_hf")
-    subprocess.run([model_py, str(REPO / "tests" / "build_tiny_hf.py"), str(out)], check=True, timeout=300,
-                   capture_output=True)
+    subprocess.run(
+        [model_py, str(REPO / "tests" / "build_tiny_hf.py"), str(out)],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     return out
 
 
@@ -142,8 +156,19 @@ def test_hf_loads_saved_tiny_model_through_server(tmp_path: Path, model_py: str,
 
 def test_hf_without_checkpoint_is_a_clear_error(tmp_path: Path, model_py: str) -> None:
     proc = subprocess.run(
-        [model_py, str(REPO / "scripts" / "policy_model_server.py"), "--policy", "hf", "--ckpt", "",
-         "--ready-file", str(tmp_path / "r")],
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=300,
+        [
+            model_py,
+            str(REPO / "scripts" / "policy_model_server.py"),
+            "--policy",
+            "hf",
+            "--ckpt",
+            "",
+            "--ready-file",
+            str(tmp_path / "r"),
+        ],
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode != 0 and "needs a checkpoint dir" in proc.stderr

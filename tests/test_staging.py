@@ -65,7 +65,9 @@ def test_concurrent_stagers_on_one_node_copy_once(tmp_path: Path) -> None:
             print(stage(Path({str(tmp_path / "cache")!r}), "ckpt", Path({str(src)!r})))
     """)
     procs = [
-        subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         for _ in range(4)
     ]
     outs = [p.communicate(timeout=60) for p in procs]
@@ -107,9 +109,13 @@ def test_full_node_disk_is_a_clear_error_and_nothing_half_copied(tmp_path: Path)
         print("LEFT", sorted(str(p.relative_to(cache)) for p in cache.glob("ckpt/*")))
     """)
     for mode in ("precheck", "midcopy"):
-        cmd = f"mount -t tmpfs -o size=2m tmpfs {cache} && {sys.executable} -c \"$0\" {mode}"
+        cmd = f'mount -t tmpfs -o size=2m tmpfs {cache} && {sys.executable} -c "$0" {mode}'
         done = subprocess.run(
-            ["unshare", "--mount", "sh", "-c", cmd, script], cwd=ROOT, capture_output=True, text=True, timeout=60
+            ["unshare", "--mount", "sh", "-c", cmd, script],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert done.returncode == 0, done.stderr
         assert "ERROR node disk full" in done.stdout, done.stdout
@@ -130,7 +136,10 @@ def test_staged_venv_runs_from_its_new_path(tmp_path: Path, small_venv: Path) ->
     staged = stage(tmp_path / "cache", "env", src, post=lambda c: relocate(c, src), log=lambda _m: None)
     src.rename(tmp_path / "shared" / "gone")  # nothing may still point at the source
     prefix = subprocess.run(
-        [staged / "bin" / "python", "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True, check=True
+        [staged / "bin" / "python", "-c", "import sys; print(sys.prefix)"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert prefix.stdout.strip() == str(staged)
     pip = subprocess.run([staged / "bin" / "pip", "--version"], capture_output=True, text=True, check=True)
@@ -141,8 +150,9 @@ def test_staged_venv_runs_from_its_new_path(tmp_path: Path, small_venv: Path) ->
 def test_unsatisfiable_pin_names_pin_and_wheelhouse(tmp_path: Path, small_venv: Path) -> None:
     wheelhouse = tmp_path / "wheels"
     wheelhouse.mkdir()
-    with pytest.raises(StagingError, match=r"SIM_PIN=sapien==9\.9\.9 cannot be satisfied from wheelhouse .*wheels"):
+    with pytest.raises(
+        StagingError, match=r"SIM_PIN=sapien==9\.9\.9 cannot be satisfied from wheelhouse .*wheels"
+    ):
         install_pin(small_venv, "sapien==9.9.9", wheelhouse)
     with pytest.raises(StagingError, match="expected 'package==version"):
         install_pin(small_venv, "sapien>=3", wheelhouse)
-

@@ -81,7 +81,9 @@ def test_json_matches_reference_format_both_ways() -> None:
     np.testing.assert_array_equal(JsonCodec().decode(plain.encode())["a"], arr)
     ours = json.loads(JsonCodec().encode({"a": arr}))["a"]
     assert ours["dtype"] == "float32" and ours["shape"] == [3, 4]
-    np.testing.assert_array_equal(np.frombuffer(base64.b64decode(ours["__ndarray__"]), np.float32), arr.ravel())
+    np.testing.assert_array_equal(
+        np.frombuffer(base64.b64decode(ours["__ndarray__"]), np.float32), arr.ravel()
+    )
 
 
 def test_marker_lookalike_strings_survive() -> None:
@@ -198,3 +200,20 @@ def test_mid_frame_eof(pair) -> None:
     a.close()
     with pytest.raises(PeerClosed, match="mid-frame"):
         recv_frame(b)
+
+
+def test_json_fast_path_leaves_lookalike_strings_alone() -> None:
+    codec = JsonCodec()
+    tricky = ['"__ndarray__": "AAAA"', 'x"__ndarray__":"', "ends with backslash \\", '"__ndarray__"']
+    msg = {"texts": tricky, 'k"__ndarray__': "v", "a": np.arange(3, dtype=np.uint8)}
+    out = codec.decode(codec.encode(msg))
+    assert out["texts"] == tricky and out['k"__ndarray__'] == "v"
+    np.testing.assert_array_equal(out["a"], [0, 1, 2])
+    spaced = b'{"a": {"shape": [3], "__ndarray__" :\n "AAEC", "dtype": "uint8"}}'
+    np.testing.assert_array_equal(codec.decode(spaced)["a"], [0, 1, 2])
+
+
+def test_json_marker_cannot_be_forged_across_processes() -> None:
+    forged = json.dumps({"a": nd(f"{JsonCodec()._marker}:0", "uint8", [1])}).encode()
+    with pytest.raises(WireError, match="base64"):
+        JsonCodec().decode(forged)

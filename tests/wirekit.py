@@ -117,5 +117,3 @@ def stop_process(proc: subprocess.Popen) -> int:
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait(5)
-
-

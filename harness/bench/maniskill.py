@@ -37,7 +37,9 @@ class ManiSkillBenchmark:
     def tasks(self) -> list[str]:
         return list(self.table.tasks)
 
-    def make_episode(self, task: str, bench_config: str, seed: int, *, render: bool = True) -> ManiSkillEpisode:
+    def make_episode(
+        self, task: str, bench_config: str, seed: int, *, render: bool = True
+    ) -> ManiSkillEpisode:
         """A fresh env reset to `seed`. render=False (no cameras) is for expert validation only."""
         spec, level = self.table.task(task), self.table.level(bench_config)
         return ManiSkillEpisode(self, spec, level, int(seed), render)

@@ -20,7 +20,7 @@ CONFIG_FILE = Path(__file__).with_name("maniskill_tasks.yaml")
 class TaskSpec:
     name: str
     env_id: str
-    robot: str
+    robot: str | tuple[str, ...]  # a tuple for a multi-arm task
     step_limit: int
     instruction: str
 
@@ -56,7 +56,11 @@ class BenchTable:
 def load_table(path: Path = CONFIG_FILE) -> BenchTable:
     raw = yaml.safe_load(Path(path).read_text())
     try:
-        tasks = {name: TaskSpec(name=name, **fields) for name, fields in raw["tasks"].items()}
+        tasks = {}
+        for name, fields in raw["tasks"].items():
+            if isinstance(fields.get("robot"), list):
+                fields = {**fields, "robot": tuple(fields["robot"])}
+            tasks[name] = TaskSpec(name=name, **fields)
         levels = {}
         for name, fields in raw["configs"].items():
             fields = dict(fields or {})

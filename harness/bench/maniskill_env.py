@@ -10,6 +10,7 @@ only the first env pays the 6-8 s lavapipe start-up.
 
 from __future__ import annotations
 
+import logging
 from functools import cache
 from typing import Any
 
@@ -23,7 +24,14 @@ _PLACE_MIN_DIST_TASK = 0.12  # m between a distractor and any task object or goa
 _PLACE_MIN_DIST_OTHER = 0.07  # m between two distractors
 _PLACE_X = (-0.25, 0.25)
 _PLACE_Y = (-0.35, 0.35)
-_PALETTE = [(0.9, 0.6, 0.1), (0.5, 0.2, 0.7), (0.1, 0.6, 0.6), (0.8, 0.8, 0.2), (0.4, 0.4, 0.4), (0.9, 0.4, 0.6)]
+_PALETTE = [
+    (0.9, 0.6, 0.1),
+    (0.5, 0.2, 0.7),
+    (0.1, 0.6, 0.6),
+    (0.8, 0.8, 0.2),
+    (0.4, 0.4, 0.4),
+    (0.9, 0.4, 0.6),
+]
 
 
 def hold_render_system() -> None:
@@ -60,6 +68,7 @@ def make_env(
     """A fresh, not yet reset env of `task` at `level`; call `env.reset(seed=seed)` next."""
     from mani_skill.utils.registration import REGISTERED_ENVS
 
+    logging.getLogger("mani_skill").setLevel(logging.ERROR)  # per-episode builder warnings flood logs
     if task.env_id not in REGISTERED_ENVS:
         raise KeyError(f"ManiSkill has no env {task.env_id!r} (task {task.name})")
     if render:
@@ -134,7 +143,8 @@ def _benchmark_class(task_cls: type) -> type:
                     )
                 )  # fmt: skip
             builder = next(v for v in vars(self).values() if isinstance(v, TableSceneBuilder))
-            robot = frozenset(link._objs[0].entity.name for link in self.agent.robot.links)
+            agents = self.agent.agents if hasattr(self.agent, "agents") else [self.agent]
+            robot = frozenset(link._objs[0].entity.name for a in agents for link in a.robot.links)
             fixed = [*builder.scene_objects, *self.distractors]
             forbidden = frozenset(obj.name for actor in fixed for obj in actor._objs)
             self.contact_monitor = ContactMonitor(robot, forbidden, self.bench_threshold)
@@ -165,7 +175,9 @@ def _benchmark_class(task_cls: type) -> type:
     return BenchmarkEnv
 
 
-def _sample_free_xy(rng: np.random.Generator, taken: list[np.ndarray], placed: list[np.ndarray]) -> np.ndarray:
+def _sample_free_xy(
+    rng: np.random.Generator, taken: list[np.ndarray], placed: list[np.ndarray]
+) -> np.ndarray:
     for _ in range(1000):
         xy = np.array([rng.uniform(*_PLACE_X), rng.uniform(*_PLACE_Y)])
         if all(np.linalg.norm(xy - t) >= _PLACE_MIN_DIST_TASK for t in taken) and all(

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from harness.actions import pose_to_ee6d
 from harness.bench import ExpertResult
 from harness.bench.maniskill_config import BenchTable, LevelSpec, TaskSpec
-from harness.actions import pose_to_ee6d
 from harness.bench.maniskill_env import make_env, matrix_from_quat_wxyz
 
 TCP_LINK = "panda_hand_tcp"

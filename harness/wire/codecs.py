@@ -80,25 +80,65 @@ class JsonCodec:
         return self._pattern.sub(lambda m: prefix + blobs[int(m.group(1))] + b'"', text)
 
     def decode(self, body: bytes | bytearray) -> dict[str, Any]:
+        skeleton, blobs = self._cut_blobs(body)
+        marker = self._marker + ":"
+
+        def hook(obj: dict[str, Any]) -> Any:
+            if ND_KEY not in obj:
+                return obj
+            data, dtype, shape = _array_fields(obj)
+            if isinstance(data, str) and data.startswith(marker):
+                data = blobs[int(data[len(marker) :])]
+            elif not isinstance(data, str):
+                raise WireError("array data must be a base64 string")
+            try:
+                raw = binascii.a2b_base64(data, strict_mode=True)
+            except (binascii.Error, ValueError) as exc:
+                raise WireError(f"array data is not valid base64: {exc}") from None
+            return from_buffer(raw, dtype, shape)
+
         try:
-            return _check_message(json.loads(body, object_hook=_json_hook))
+            return _check_message(json.loads(skeleton, object_hook=hook))
         except WireError:
             raise
         except (ValueError, RecursionError) as exc:
             raise WireError(f"invalid JSON body: {exc}") from None
 
+    def _cut_blobs(self, body: bytes | bytearray) -> tuple[bytes, list[memoryview]]:
+        """Lift each `"__ndarray__": "<base64>"` payload out before json.loads has to scan it.
 
-def _json_hook(obj: dict[str, Any]) -> Any:
-    if ND_KEY not in obj:
-        return obj
-    data, dtype, shape = _array_fields(obj)
-    if not isinstance(data, str):
-        raise WireError("array data must be a base64 string")
-    try:
-        raw = binascii.a2b_base64(data, strict_mode=True)
-    except (binascii.Error, ValueError) as exc:
-        raise WireError(f"array data is not valid base64: {exc}") from None
-    return from_buffer(raw, dtype, shape)
+        The payload is replaced by this process's private marker + index, which no sender can
+        forge. Only an unescaped key matches (an escaped quote inside a string is preceded by a
+        backslash), and base64 holds no quote, so the payload ends at the next quote.
+        """
+        view, parts, blobs = memoryview(body), [], []
+        pos = search = 0  # copied up to `pos`; looking for keys from `search`
+        size = len(body)
+        while (start := body.find(_ND_QUOTED, search)) >= 0:
+            search = start + len(_ND_QUOTED)
+            k = _skip_ws(body, start + len(_ND_QUOTED), size)
+            k = _skip_ws(body, k + 1, size) if k < size and body[k] == _COLON else size
+            end = body.find(b'"', k + 1) if k < size and body[k] == _QUOTE else -1
+            if end < 0 or (start > 0 and body[start - 1] == _BACKSLASH):
+                continue
+            parts += [view[pos : k + 1], f"{self._marker}:{len(blobs)}".encode()]
+            blobs.append(view[k + 1 : end])
+            pos = search = end
+        if not blobs:
+            return bytes(body), blobs
+        parts.append(view[pos:])
+        return b"".join(parts), blobs
+
+
+_ND_QUOTED = b'"' + ND_KEY.encode() + b'"'
+_COLON, _QUOTE, _BACKSLASH = ord(":"), ord('"'), ord("\\")
+_WS = frozenset(b" \t\r\n")
+
+
+def _skip_ws(body: bytes | bytearray, k: int, size: int) -> int:
+    while k < size and body[k] in _WS:
+        k += 1
+    return k
 
 
 class MsgpackCodec:

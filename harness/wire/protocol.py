@@ -34,7 +34,13 @@ def hello(spec: dict[str, Any], codecs: list[str], token: str | None = None) -> 
 
 
 def reset(task: str, task_config: str, instruction: str, seed: int) -> dict[str, Any]:
-    return {"type": "reset", "task": task, "task_config": task_config, "instruction": instruction, "seed": seed}
+    return {
+        "type": "reset",
+        "task": task,
+        "task_config": task_config,
+        "instruction": instruction,
+        "seed": seed,
+    }
 
 
 def infer(obs: dict[str, Any], step: int) -> dict[str, Any]:
@@ -54,7 +60,9 @@ def check_request(msg: dict[str, Any]) -> str:
         value = msg.get(name)
         # bool is an int subclass; a seed or step of `true` is a malformed request.
         if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-            raise WireError(f"{kind} message: field {name!r} must be {_type_name(expected)}, got {value!r:.80}")
+            raise WireError(
+                f"{kind} message: field {name!r} must be {_type_name(expected)}, got {value!r:.80}"
+            )
     return kind
 
 
@@ -76,7 +84,9 @@ def check_specs(server: dict[str, Any], client: dict[str, Any]) -> None:
     """Refuse a pairing whose specs disagree, naming both values: a mismatch is never a warning."""
     problems = []
     if "action_dim" in server and "action_dim" in client and server["action_dim"] != client["action_dim"]:
-        problems.append(f"action_dim: policy produces {server['action_dim']}, robot takes {client['action_dim']}")
+        problems.append(
+            f"action_dim: policy produces {server['action_dim']}, robot takes {client['action_dim']}"
+        )
     wanted = list(server.get("cameras") or [])
     offered = client.get("cameras")
     if wanted and offered is not None:
@@ -98,7 +108,9 @@ def _size(value: Any) -> tuple[int, int]:
 def as_chunk(value: Any, spec: dict[str, Any]) -> np.ndarray:
     """An action chunk from an infer reply: float32 [num_actions, action_dim], checked against the spec."""
     if not isinstance(value, np.ndarray) or value.ndim != 2:
-        raise WireError(f"infer reply: actions must be a 2-D array, got {getattr(value, 'shape', value)!r:.80}")
+        raise WireError(
+            f"infer reply: actions must be a 2-D array, got {getattr(value, 'shape', value)!r:.80}"
+        )
     dim = spec.get("action_dim")
     if dim is not None and value.shape[1] != dim:
         raise WireError(f"infer reply: action chunk has {value.shape[1]} dims, the server spec says {dim}")

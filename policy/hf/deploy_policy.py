@@ -29,8 +29,13 @@ class HFPolicy:
         self.scale = float(usr_args.get("action_scale", 0.01))
         self.noise_std = float(usr_args.get("noise_std", 0.0))
         device = str(usr_args.get("device", "auto"))
-        self.device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
-                                   "cpu" if device == "auto" else device)
+        self.device = torch.device(
+            "cuda"
+            if device == "auto" and torch.cuda.is_available()
+            else "cpu"
+            if device == "auto"
+            else device
+        )
         self.tokenizer = AutoTokenizer.from_pretrained(ckpt, local_files_only=True)
         self.backbone = AutoModel.from_pretrained(ckpt, local_files_only=True).to(self.device).eval()
         self.head = self._head(Path(ckpt), int(usr_args.get("head_seed", 0))).to(self.device).eval()
@@ -48,17 +53,27 @@ class HFPolicy:
         return head
 
     @torch.no_grad()
-    def generate_actions(self, instruction: str, image_input: torch.Tensor, proprio: torch.Tensor) -> torch.Tensor:
+    def generate_actions(
+        self, instruction: str, image_input: torch.Tensor, proprio: torch.Tensor
+    ) -> torch.Tensor:
         """[1, num_actions, action_dim]: proprio + scale · head(features) (+ seeded noise)."""
-        tokens = self.tokenizer([instruction], return_tensors="pt", truncation=True, max_length=self.max_length)
+        tokens = self.tokenizer(
+            [instruction], return_tensors="pt", truncation=True, max_length=self.max_length
+        )
         ids = tokens["input_ids"].to(self.device)
         mask = tokens["attention_mask"].to(self.device)
         hidden = self.backbone(input_ids=ids, attention_mask=mask).last_hidden_state
         text = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
         image = image_input.to(self.device)
-        colour = image.mean(dim=(1, 3, 4)) if image.shape[1] else torch.zeros(1, IMAGE_FEATURES, device=self.device)
+        colour = (
+            image.mean(dim=(1, 3, 4))
+            if image.shape[1]
+            else torch.zeros(1, IMAGE_FEATURES, device=self.device)
+        )
         proprio = proprio.to(self.device)
-        delta = self.head(torch.cat([text, colour, proprio], dim=-1)).view(1, self.num_actions, self.action_dim)
+        delta = self.head(torch.cat([text, colour, proprio], dim=-1)).view(
+            1, self.num_actions, self.action_dim
+        )
         actions = proprio[:, None, :] + self.scale * delta
         if self.noise_std > 0:
             actions = actions + self.noise_std * torch.randn(actions.shape).to(self.device)

@@ -19,7 +19,9 @@ class HoldModel:
     def generate_actions(self, proprio: np.ndarray) -> np.ndarray:
         """[1, num_actions, action_dim]: the current pose, repeated."""
         if proprio.shape[-1] < self.action_dim:
-            raise ValueError(f"hold: proprio has {proprio.shape[-1]} numbers, needs the {self.action_dim}-D ee6d pose")
+            raise ValueError(
+                f"hold: proprio has {proprio.shape[-1]} numbers, needs the {self.action_dim}-D ee6d pose"
+            )
         pose = proprio.reshape(-1)[: self.action_dim]
         return np.tile(pose, (1, self.num_actions, 1))
 

@@ -29,7 +29,9 @@ class ReplayModel:
             if (task, task_config) not in self._traces:
                 path = self.root / task / f"{task_config}.traces.npz"
                 if not path.is_file():
-                    raise KeyError(f"replay: no traces for task {task!r}, task_config {task_config!r}: {path}")
+                    raise KeyError(
+                        f"replay: no traces for task {task!r}, task_config {task_config!r}: {path}"
+                    )
                 with np.load(path, allow_pickle=False) as npz:
                     self._traces[task, task_config] = {k: npz[k] for k in npz.files}
             return self._traces[task, task_config]
@@ -41,7 +43,9 @@ class ReplayModel:
         if trace is None:
             raise KeyError(f"replay: no trace for (task={task!r}, task_config={task_config!r}, seed={seed})")
         if trace.ndim != 2 or trace.shape[1] != self.action_dim or len(trace) == 0:
-            raise ValueError(f"replay: trace seed{seed} has shape {trace.shape}, expected [T>0, {self.action_dim}]")
+            raise ValueError(
+                f"replay: trace seed{seed} has shape {trace.shape}, expected [T>0, {self.action_dim}]"
+            )
         chunk = trace[step : step + self.num_actions]
         if len(chunk) < self.num_actions:
             pad = np.repeat(trace[-1:], self.num_actions - len(chunk), axis=0)
@@ -55,7 +59,9 @@ def _root(setting: str | None) -> Path:
 
 
 def get_model(usr_args: dict[str, Any]) -> ReplayModel:
-    return ReplayModel(_root(usr_args.get("seeds_root")), int(usr_args["action_dim"]), int(usr_args["num_actions"]))
+    return ReplayModel(
+        _root(usr_args.get("seeds_root")), int(usr_args["action_dim"]), int(usr_args["num_actions"])
+    )
 
 
 def encode_obs(obs: dict[str, Any]) -> dict[str, Any]:

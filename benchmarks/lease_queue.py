@@ -1,0 +1,153 @@
+"""Benchmark of the filesystem lease queue: claim throughput, FS operations per claim, makespan.
+
+Phase 1: UNITS no-op units claimed and marked done by WORKERS processes on local disk: claims per
+second and filesystem operations per claim (every mkdir, rename, open, stat, utime, listdir, unlink,
+rmdir and write the queue makes, counted in each worker process).
+Phase 2: makespan against the ideal max(total work / workers, longest unit) for a skewed workload
+(a few cells 20x longer than the median cell), once with whole cells as units and once with
+seed-slice units (UNIT_SEEDS). Work is a sleep, so the figures measure the queue, not the CPU.
+`--skew seeds`: the long cells have 20x the episodes; `--skew episodes`: 20x longer episodes.
+
+Prints one line per measurement; the last line is `claims_per_s=<n> ops_per_claim=<n> makespan_ratio=<n>`
+(makespan_ratio of the seed-slice run). A benchmark, not a test: it does not pass or fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.leases import LeaseQueue, scan
+from harness.rundir import Cell, RunDir
+from harness.units import Unit, split
+
+COUNTED = ("mkdir", "rmdir", "rename", "open", "unlink", "utime", "listdir", "scandir", "stat", "lstat")
+COUNTED += ("fstat", "write")
+
+
+def count_fs_ops() -> Counter:
+    """Wrap this process's `os` filesystem calls with counters (the queue calls them through `os`)."""
+    counts: Counter = Counter()
+    for name in COUNTED:
+        real = getattr(os, name)
+
+        def wrapper(*args, _real=real, _name=name, **kwargs):
+            counts[_name] += 1
+            return _real(*args, **kwargs)
+
+        setattr(os, name, wrapper)
+    return counts
+
+
+def worker(run: RunDir, units: list[Unit], wid: int, durations: dict[str, float], gate, out) -> None:
+    queue = LeaseQueue(run, units, f"bench{wid}", random.Random(wid))
+    counts = count_fs_ops()
+    gate.wait()
+    claims, last_done = 0, 0.0
+    while (lease := queue.claim()) is not None:
+        time.sleep(durations.get(lease.unit.key, 0.0))
+        queue.mark(lease, done=True)
+        claims, last_done = claims + 1, time.time()
+    out.put((claims, sum(counts.values()), last_done))
+
+
+def run_pool(
+    units: list[Unit], workers: int, durations: dict[str, float], label: str
+) -> tuple[float, int, int]:
+    """Seconds from the common start until the last unit was done, claims, FS operations (the
+    idle workers' polling until they see that nothing is left included)."""
+    root = Path(tempfile.mkdtemp(prefix="lease-bench-"))
+    run = RunDir(root)
+    ctx = mp.get_context("fork")
+    gate, out = ctx.Barrier(workers + 1), ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(run, units, i, durations, gate, out)) for i in range(workers)]
+    for proc in procs:
+        proc.start()
+    gate.wait()
+    start = time.time()
+    results = []
+    while len(results) < workers:
+        while not out.empty():
+            results.append(out.get())
+        done = len(scan(run.leases).done) if run.leases.exists() else 0
+        print(
+            f"\r  {label}: {done}/{len(units)} units done, {time.time() - start:6.1f} s",
+            end="",
+            file=sys.stderr,
+        )
+        time.sleep(0.5)
+    print(file=sys.stderr)
+    for proc in procs:
+        proc.join()
+    assert len(scan(run.leases).done) == len(units), "not every unit was marked done"
+    shutil.rmtree(root)
+    return max(r[2] for r in results) - start, sum(r[0] for r in results), sum(r[1] for r in results)
+
+
+def skewed_cells(cells: int, seeds: int, skew: str, rng: random.Random) -> list[tuple[Cell, int, float]]:
+    """(cell, seed count, seconds per episode): 1% of the cells (at least 2) 20x the median cell."""
+    long = set(rng.sample(range(cells), max(2, cells // 100)))
+    out = []
+    for i in range(cells):
+        factor = 20 if i in long else 1
+        count = seeds * (factor if skew == "seeds" else 1)
+        out.append((Cell(f"scene{i % 7}", f"task{i}"), count, float(factor if skew == "episodes" else 1)))
+    return out
+
+
+def makespan(args: argparse.Namespace, unit_seeds: int) -> tuple[float, float]:
+    """(makespan / ideal, ideal seconds) of the skewed workload cut into units of `unit_seeds`."""
+    units, durations = [], {}
+    for cell, count, factor in skewed_cells(args.cells, args.seeds, args.skew, random.Random(7)):
+        for unit in split(cell, list(range(count)), unit_seeds, "bench"):
+            units.append(unit)
+            durations[unit.key] = len(unit.seeds) * args.episode_s * factor
+    ideal = max(sum(durations.values()) / args.workers, max(durations.values()))
+    label = f"makespan, {'whole cells' if unit_seeds == 0 else f'slices of {unit_seeds}'}"
+    wall, _, _ = run_pool(units, args.workers, durations, label)
+    print(
+        f"{label}: {len(units)} units, ideal {ideal:.2f} s, makespan {wall:.2f} s, ratio {wall / ideal:.3f}"
+    )
+    return wall / ideal, ideal
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--units", type=int, default=10_000, help="no-op units of phase 1 (default 10000)")
+    parser.add_argument("--workers", type=int, default=64, help="worker processes (default 64)")
+    parser.add_argument("--cells", type=int, default=500, help="cells of the skewed workload (default 500)")
+    parser.add_argument("--seeds", type=int, default=20, help="episodes of a median cell (default 20)")
+    parser.add_argument(
+        "--episode-s", type=float, default=0.1, help="seconds of a median episode (default 0.1)"
+    )
+    parser.add_argument("--unit-seeds", type=int, default=1, help="UNIT_SEEDS of the slice run (default 1)")
+    parser.add_argument(
+        "--skew", choices=("seeds", "episodes"), default="seeds", help="what makes long cells long"
+    )
+    args = parser.parse_args()
+    os.environ.update({"LEASE_TTL": "600", "HEARTBEAT_S": "5"})
+
+    units = [Unit("bench", f"t{i}", "bench", 0, 1, (i,)) for i in range(args.units)]
+    wall, claims, ops = run_pool(units, args.workers, {}, "throughput")
+    claims_per_s, ops_per_claim = claims / wall, ops / claims
+    print(f"throughput: {claims} claims by {args.workers} processes in {wall:.2f} s: "
+          f"{claims_per_s:.0f} claims/s, {ops_per_claim:.1f} FS ops per claim")  # fmt: skip
+    makespan(args, 0)
+    ratio, _ = makespan(args, args.unit_seeds)
+    print(f"claims_per_s={claims_per_s:.0f} ops_per_claim={ops_per_claim:.1f} makespan_ratio={ratio:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""The local pool: N "nodes" on this machine, no Slurm (`scripts/run_local.sh N`).
+
+Each node is `slurm/eval_node.sh` with its own NODE_NAME, exactly as `srun` would start it on N
+nodes, so workers steal from the run's lease queue as they would across a cluster. Progress is the
+queue's state every PROGRESS_S seconds; Ctrl-C or SIGTERM stops every node cleanly (workers release
+their leases). With --results MODEL the run's records are organized at the end and the results
+table is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness import knobs
+from harness.leases import scan
+from harness.orchestrate import launch
+from harness.rundir import RunDir
+from harness.units import run_units
+
+PROGRESS_S = 10.0
+
+
+def progress_line(run: RunDir, total: int) -> str:
+    listing = scan(run.leases)
+    limit = knobs.get_int("CRASH_LIMIT")
+    quarantined = sum(1 for n in listing.crashes.values() if n >= limit)
+    return (
+        f"[pool] {time.strftime('%H:%M:%S')} units: {len(listing.done)} done, {len(listing.leased)} leased, "
+        f"{quarantined} quarantined, of {total}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("nodes", type=int, help="local nodes to start (each runs CPU_WORKERS workers)")
+    parser.add_argument(
+        "--results", metavar="MODEL", help="then organize results as MODEL and print the table"
+    )
+    args = parser.parse_args(argv)
+    if args.nodes < 1:
+        parser.error(f"nodes={args.nodes}: expected at least 1")
+    study = knobs.get("STUDY_RUN")
+    if not study:
+        parser.error("set STUDY_RUN to the run dir name under $RUNS_ROOT (create it with scripts/new_run.py)")
+    run = RunDir(Path(os.environ.get("RUNS_ROOT", "runs")) / study)
+    total = len(run_units(run))
+    eval_root = Path(os.environ.get("EVAL_ROOT", Path(__file__).resolve().parents[1]))
+    launch.stop_on_signals()
+    try:
+        started = launch.start(launch.Pool(run, args.nodes, dict(os.environ), "local"), "local", eval_root)
+        print(
+            f"[pool] {args.nodes} local nodes x {knobs.get('CPU_WORKERS')} workers on {run.root}", flush=True
+        )
+        next_report = time.monotonic() + PROGRESS_S
+        while (code := launch.finished(started)) is None:
+            time.sleep(0.5)
+            if time.monotonic() >= next_report:
+                print(progress_line(run, total), flush=True)
+                next_report += PROGRESS_S
+    finally:
+        launch.terminate_all()
+    print(progress_line(run, total), flush=True)
+    print(f"[pool] nodes finished with status {code}; logs in {run.logs}", flush=True)
+    if code == 0 and args.results:
+        scripts = eval_root / "scripts"
+        code = subprocess.call(
+            [sys.executable, str(scripts / "organize_results.py"), str(run.root), args.results]
+        )
+        table = Path(os.environ.get("RUNS_ROOT", "runs")) / args.results / "results.txt"
+        if code == 0 and table.exists():
+            print(table.read_text(), end="")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
