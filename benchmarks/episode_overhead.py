@@ -2,8 +2,8 @@
 
 Runs K episodes end to end through the real sim client loop against a real model server process,
 with timers around the simulator (env.step, split into rendering = scene update + sensor capture +
-readback, and
-physics/control = the rest; episode setup = make + reset + close), and around each infer round trip
+readback, and physics/control = the rest; episode setup = make + reset + close), and around each
+infer round trip
 (split into policy compute, timed by running the same policy call in this process, and wire = the
 rest: encoding, socket, server dispatch). Everything else is the harness itself: observation
 packing, chunking, video encoding, progress and record writes. The first env's one-time renderer

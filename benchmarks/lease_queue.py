@@ -53,12 +53,21 @@ def worker(run: RunDir, units: list[Unit], wid: int, durations: dict[str, float]
     queue = LeaseQueue(run, units, f"bench{wid}", random.Random(wid))
     counts = count_fs_ops()
     gate.wait()
-    claims, last_done = 0, 0.0
-    while (lease := queue.claim()) is not None:
-        time.sleep(durations.get(lease.unit.key, 0.0))
+    claims, last_done, in_queue, overshoot = 0, 0.0, 0.0, 0.0
+    while True:
+        t0 = time.perf_counter()
+        lease = queue.claim()
+        t1 = time.perf_counter()
+        if lease is None:
+            break
+        nominal = durations.get(lease.unit.key, 0.0)
+        time.sleep(nominal)
+        t2 = time.perf_counter()
         queue.mark(lease, done=True)
         claims, last_done = claims + 1, time.time()
-    out.put((claims, sum(counts.values()), last_done))
+        in_queue += (t1 - t0) + (time.perf_counter() - t2)
+        overshoot += (t2 - t1) - nominal
+    out.put((claims, sum(counts.values()), last_done, in_queue, overshoot))
 
 
 def run_pool(
@@ -91,7 +100,10 @@ def run_pool(
         proc.join()
     assert len(scan(run.leases).done) == len(units), "not every unit was marked done"
     shutil.rmtree(root)
-    return max(r[2] for r in results) - start, sum(r[0] for r in results), sum(r[1] for r in results)
+    claims = sum(r[0] for r in results)
+    in_queue, overshoot = (sum(r[i] for r in results) / max(claims, 1) * 1000 for i in (3, 4))
+    print(f"  {label}: per claim {in_queue:.1f} ms in claim+mark, {overshoot:.1f} ms sleep overshoot")
+    return max(r[2] for r in results) - start, claims, sum(r[1] for r in results)
 
 
 def skewed_cells(cells: int, seeds: int, skew: str, rng: random.Random) -> list[tuple[Cell, int, float]]:
@@ -127,10 +139,10 @@ def main() -> None:
     )
     parser.add_argument("--units", type=int, default=10_000, help="no-op units of phase 1 (default 10000)")
     parser.add_argument("--workers", type=int, default=64, help="worker processes (default 64)")
-    parser.add_argument("--cells", type=int, default=500, help="cells of the skewed workload (default 500)")
-    parser.add_argument("--seeds", type=int, default=20, help="episodes of a median cell (default 20)")
+    parser.add_argument("--cells", type=int, default=200, help="cells of the skewed workload (default 200)")
+    parser.add_argument("--seeds", type=int, default=10, help="episodes of a median cell (default 10)")
     parser.add_argument(
-        "--episode-s", type=float, default=0.1, help="seconds of a median episode (default 0.1)"
+        "--episode-s", type=float, default=0.25, help="seconds of a median episode (default 0.25)"
     )
     parser.add_argument("--unit-seeds", type=int, default=1, help="UNIT_SEEDS of the slice run (default 1)")
     parser.add_argument(

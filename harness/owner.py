@@ -35,6 +35,11 @@ def start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
+@cache
+def _own_start_ticks(pid: int) -> int | None:
+    return start_ticks(pid)  # keyed by pid: a forked child asks again
+
+
 def owner_record(worker_id: str, generation: str) -> dict[str, Any]:
     """This process as a lease owner."""
     pid = os.getpid()
@@ -42,7 +47,7 @@ def owner_record(worker_id: str, generation: str) -> dict[str, Any]:
         "host": socket.gethostname(),
         "boot_id": boot_id(),
         "pid": pid,
-        "start_ticks": start_ticks(pid),
+        "start_ticks": _own_start_ticks(pid),
         "worker": worker_id,
         "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),
         "claimed_at": time.time(),

@@ -1,48 +1,76 @@
 """Episode videos: frames streamed to an mp4 through imageio-ffmpeg as the episode runs.
 
-Streaming (rather than buffering) keeps a long episode's memory flat and lets ffmpeg encode on
-another core while the simulator steps. The file appears under its final name only when complete.
+Frames go through a queue to a writer thread that feeds ffmpeg, so the episode loop never waits on
+the encoder's pipe (measured: ~6 ms a step on the loop's critical path when written inline). Streaming
+rather than buffering keeps a long episode's memory flat. The file appears under its final name only
+when complete.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 FPS = 20  # ManiSkill's control frequency: one frame per control step plays at real time
+_END = None
 
 
 class VideoWriter:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._tmp = path.with_name(path.stem + ".part.mp4")
-        self._gen: Any = None
+        self._frames: queue.Queue[np.ndarray | None] = queue.Queue(maxsize=256)
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
 
     def add(self, frame: np.ndarray) -> None:
-        if self._gen is None:
-            import imageio_ffmpeg
-
+        if self._thread is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             height, width = frame.shape[:2]
-            self._gen = imageio_ffmpeg.write_frames(
+            self._thread = threading.Thread(target=self._encode, args=(width, height), daemon=True)
+            self._thread.start()
+        self._frames.put(np.array(frame, dtype=np.uint8, order="C"))
+
+    def _encode(self, width: int, height: int) -> None:
+        import imageio_ffmpeg
+
+        gen: Any = None
+        try:
+            gen = imageio_ffmpeg.write_frames(
                 str(self._tmp), (width, height), fps=FPS, macro_block_size=1, ffmpeg_log_level="error"
             )
-            self._gen.send(None)
-        self._gen.send(np.ascontiguousarray(frame, dtype=np.uint8))
+            gen.send(None)
+            while (frame := self._frames.get()) is not _END:
+                gen.send(frame)
+        except BaseException as exc:  # reported by finish(); keep draining so add() never blocks
+            self._failure = exc
+            while self._frames.get() is not _END:
+                pass
+        finally:
+            if gen is not None:
+                gen.close()
+
+    def _stop(self) -> None:
+        if self._thread is not None:
+            self._frames.put(_END)
+            self._thread.join()
+            self._thread = None
 
     def finish(self) -> Path | None:
-        """Close the stream and publish the file; None when no frame was written."""
-        if self._gen is None:
+        """Wait for the encoder and publish the file; None when no frame was written."""
+        if self._thread is None:
             return None
-        self._gen.close()
-        self._gen = None
+        self._stop()
+        if self._failure is not None:
+            self._tmp.unlink(missing_ok=True)
+            raise RuntimeError(f"video {self.path}: {self._failure}") from self._failure
         self._tmp.replace(self.path)
         return self.path
 
     def abandon(self) -> None:
-        if self._gen is not None:
-            self._gen.close()
-            self._gen = None
+        self._stop()
         self._tmp.unlink(missing_ok=True)

@@ -4,7 +4,8 @@ Started by `harness/eval_worker.sh` (one per GPU slot, from the node script). Th
 $RUN_DIR, else $RUNS_ROOT/$STUDY_RUN. Each log line (stderr; the node script keeps it in
 `logs/worker-<id>.log`) names the unit and seed it is about. The worker exits 0 when every unit
 is done or quarantined, when its Slurm allocation has no time left for another unit, or on
-SIGTERM (its lease released, no record torn); non-zero when it cannot run at all.
+SIGTERM (its lease released, no record torn); 2 when its environment does not match the run's
+manifest, 1 when its model server cannot start.
 """
 
 from __future__ import annotations
@@ -105,7 +106,11 @@ class Worker:
     def main(self) -> int:
         signal.signal(signal.SIGTERM, self.on_signal)
         signal.signal(signal.SIGINT, self.on_signal)
-        self.verify()
+        try:
+            self.verify()
+        except (manifest.ContractMismatch, manifest.ManifestError) as exc:
+            self.log(f"refusing to run: {exc}")
+            return 2
         units = run_units(self.run)
         queue = LeaseQueue(self.run, units, self.worker_id)
         end = slurmjob.allocation_end()

@@ -3,7 +3,7 @@
 # with its own NODE_NAME and CPU_WORKERS workers) over the run $RUNS_ROOT/$STUDY_RUN on this machine,
 # with no Slurm, prints the queue's progress, and with --results organizes and prints the results.
 set -euo pipefail
-if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,5p' "$0" | cut -c3-; exit 0; fi
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,4p' "$0" | cut -c3-; exit 0; fi
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/env.sh"
 eval "$("$SIM_PY" -m harness.knobs --shell)"
 exec "$SIM_PY" -m harness.localpool "$@"

@@ -172,7 +172,8 @@ def test_two_models_in_parallel_both_complete_with_the_pools_help(
         "--model",
         "tests/policies/noisy",
     )
-    done = run(snapshot, env, "parallel_models", *args, EVAL_TEST_NUM="4", UNIT_SEEDS="1", FASTBENCH_STEP_MS="150")
+    slow = {"EVAL_TEST_NUM": "4", "UNIT_SEEDS": "1", "FASTBENCH_STEP_MS": "150"}
+    done = run(snapshot, env, "parallel_models", *args, **slow)
     assert done.returncode == 0, done.stdout + done.stderr
     for name in ("par_tests-policies-sleep", "par_tests-policies-noisy"):
         counts = trials(runs / name)

@@ -66,9 +66,10 @@ def make_env(
     shader: str = "minimal",
 ) -> Any:
     """A fresh, not yet reset env of `task` at `level`; call `env.reset(seed=seed)` next."""
+    from mani_skill import logger
     from mani_skill.utils.registration import REGISTERED_ENVS
 
-    logging.getLogger("mani_skill").setLevel(logging.ERROR)  # per-episode builder warnings flood logs
+    logger.setLevel(logging.ERROR)  # per-episode "no initial pose" builder warnings flood the logs
     if task.env_id not in REGISTERED_ENVS:
         raise KeyError(f"ManiSkill has no env {task.env_id!r} (task {task.name})")
     if render:
