@@ -80,7 +80,7 @@ KNOBS: dict[str, Knob] = {
         Knob(
             "STAGE_ENVS",
             "sim model",
-            "venvs of SIM_PY / MODEL_PY copied into NODE_CACHE (`none`: run in place)",
+            "venvs copied into NODE_CACHE (`none`: in place; the local pool defaults to none)",
             False,
         ),
         Knob("STAGE_BACKBONES", "", "HF hub dirs under $HF_HOME/hub staged with the checkpoint", False),

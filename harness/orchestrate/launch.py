@@ -64,7 +64,9 @@ def node_commands(
         return [([*srun, f"--job-name=eval-{pool.label}", *shlex.split(srun_args), *payload], pool.env)]
     if launcher == "local":
         name = f"{pool.label}-p{os.getpid()}"
-        return [(payload, {**pool.env, "NODE_NAME": f"{name}-n{i}"}) for i in range(pool.nodes)]
+        # Local "nodes" share this machine's disk: copying the envs into NODE_CACHE buys nothing.
+        env = {"STAGE_ENVS": "none", **pool.env}
+        return [(payload, {**env, "NODE_NAME": f"{name}-n{i}"}) for i in range(pool.nodes)]
     raise LaunchError(f"LAUNCHER={launcher!r}: expected one of {', '.join(LAUNCHERS)}")
 
 
