@@ -20,6 +20,7 @@ from harness.manifest import create_run
 from harness.results.status import collect, planned_units
 from harness.results.status_view import render
 from harness.rundir import RunDir
+from harness.units import Unit
 
 REPO = Path(__file__).resolve().parents[1]
 CELLS = ["table pick_cube", "table push_cube", "shelf stack", "shelf open_drawer", "shelf close_drawer"]
@@ -64,10 +65,17 @@ def _stale_lease(run: RunDir, key: str) -> None:
     lease = run.leases / key
     lease.mkdir(parents=True)
     owner = {"host": "node9", "pid": 4242, "worker": "node9.w1", "slurm_job_id": "", "generation": "g1"}
-    (lease / "owner.g1.json").write_text(json.dumps(owner))
-    (lease / "hb.g1.3").write_text("")
+    (lease / "owner.g1.3").write_text(json.dumps(owner))  # generation g1, third heartbeat
     old = time.time() - 1000
-    os.utime(lease / "hb.g1.3", (old, old))
+    os.utime(lease / "owner.g1.3", (old, old))
+
+
+def _crash(run: RunDir, unit: Unit, error: str) -> None:
+    """One errored attempt of `unit`, recorded through the queue as a worker records it."""
+    queue = LeaseQueue(run, [unit], "node1.w0")
+    lease = queue.claim()
+    assert lease is not None and lease.unit == unit
+    queue.release_errored(lease, error)
 
 
 def test_every_state(run: RunDir) -> None:
@@ -102,8 +110,8 @@ def test_every_state(run: RunDir) -> None:
     )
     _stale_lease(run, rest[0].key)
     for _ in range(3):
-        queue.record_crash(rest[1], "model server died")
-    queue.record_crash(rest[2], "stalled 300 s")
+        _crash(run, rest[1], "model server died")
+    _crash(run, rest[2], "stalled 300 s")
     try:
         status = collect(run, now=NOW)
         assert status.counts == {"done": 1, "leased": 2, "pending": 6, "quarantined": 1}
