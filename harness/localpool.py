@@ -17,21 +17,22 @@ import time
 from pathlib import Path
 
 from harness import knobs
-from harness.leases import scan
 from harness.orchestrate import launch
+from harness.results.status import collect
 from harness.rundir import RunDir
-from harness.units import run_units
 
 PROGRESS_S = 10.0
 
 
-def progress_line(run: RunDir, total: int) -> str:
-    listing = scan(run.leases)
-    limit = knobs.get_int("CRASH_LIMIT")
-    quarantined = sum(1 for n in listing.crashes.values() if n >= limit)
+def progress_line(run: RunDir) -> str:
+    """Units and episodes done, success so far and the ETA (`scripts/status.py RUN` shows more)."""
+    status = collect(run)
+    counts = status.counts
+    eta = f"{status.eta_s / 60:.1f} min" if status.eta_s is not None else "unknown"
     return (
-        f"[pool] {time.strftime('%H:%M:%S')} units: {len(listing.done)} done, {len(listing.leased)} leased, "
-        f"{quarantined} quarantined, of {total}"
+        f"[pool] {time.strftime('%H:%M:%S')} units {counts['done']}/{len(status.units)} done, "
+        f"{counts['leased']} leased, {counts['quarantined']} quarantined | episodes "
+        f"{status.done}/{status.planned}, {status.errored} errored | SR so far {status.sr.text()} | ETA {eta}"
     )
 
 
@@ -50,7 +51,6 @@ def main(argv: list[str] | None = None) -> int:
     if not study:
         parser.error("set STUDY_RUN to the run dir name under $RUNS_ROOT (create it with scripts/new_run.py)")
     run = RunDir(Path(os.environ.get("RUNS_ROOT", "runs")) / study)
-    total = len(run_units(run))
     eval_root = Path(os.environ.get("EVAL_ROOT", Path(__file__).resolve().parents[1]))
     launch.stop_on_signals()
     try:
@@ -62,20 +62,21 @@ def main(argv: list[str] | None = None) -> int:
         while (code := launch.finished(started)) is None:
             time.sleep(0.5)
             if time.monotonic() >= next_report:
-                print(progress_line(run, total), flush=True)
+                print(progress_line(run), flush=True)
                 next_report += PROGRESS_S
     finally:
         launch.terminate_all()
-    print(progress_line(run, total), flush=True)
+    print(progress_line(run), flush=True)
     print(f"[pool] nodes finished with status {code}; logs in {run.logs}", flush=True)
     if code == 0 and args.results:
         scripts = eval_root / "scripts"
         code = subprocess.call(
             [sys.executable, str(scripts / "organize_results.py"), str(run.root), args.results]
         )
-        table = Path(os.environ.get("RUNS_ROOT", "runs")) / args.results / "results.txt"
-        if code == 0 and table.exists():
-            print(table.read_text(), end="")
+        out = Path(os.environ.get("RUNS_ROOT", "runs")) / args.results
+        if code == 0:  # per-task tables of each scene, then the totals
+            for table in [*sorted(out.glob("*/results.txt")), out / "results.txt"]:
+                print(table.read_text())
     return code
 
 

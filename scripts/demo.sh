@@ -13,5 +13,5 @@ bash scripts/setup.sh
 export POLICY="${POLICY:-replay}" EVAL_TEST_NUM="${EVAL_TEST_NUM:-3}" BENCH_CONFIG="${BENCH_CONFIG:-clean}"
 export STUDY_RUN="${STUDY_RUN:-demo_${POLICY}_${BENCH_CONFIG}}"
 "$SIM_PY" scripts/new_run.py "$STUDY_RUN" --queue seeds/maniskill_queue.txt
-bash scripts/run_local.sh "${DEMO_NODES:-2}" --results "$STUDY_RUN-results"
-echo "Report: $RUNS_ROOT/$STUDY_RUN-results/report.html"
+bash scripts/run_local.sh "${DEMO_NODES:-2}" --results "${POLICY}_${BENCH_CONFIG}"
+echo "Report: $RUNS_ROOT/${POLICY}_${BENCH_CONFIG}/report.html"
