@@ -3,10 +3,16 @@
 The policy is loaded once per worker, not once per unit (loading is the slow part). The server
 publishes its address in a ready file in the worker's private temp dir, so several workers on a
 node never collide, and dies with the worker (parent-death signal).
+
+With SIM_AS_SERVER=1 only the sockets' roles swap: each sim client listens and publishes
+`client_ready_file`, and the model side (`--connect`) dials every sim client that publishes it, one
+after another. The model side then reports its loaded policy in `ready_file` (`--info-file`), so the
+worker waits on the same file either way.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -29,6 +35,9 @@ class ModelServerError(RuntimeError):
 class ModelServer:
     def __init__(self, ready_file: Path, log: Path, env: dict[str, str]) -> None:
         self.ready_file, self.log, self.env = ready_file, log, env
+        self.sim_listens = knobs.get_bool("SIM_AS_SERVER")
+        # where sim clients find their peer: the server's address, or (sim-as-server) their own
+        self.client_ready_file = ready_file.with_name("sim-ready.json") if self.sim_listens else ready_file
         self.proc: subprocess.Popen | None = None
         self.info: dict[str, Any] = {}
         self.starts = 0
@@ -36,7 +45,11 @@ class ModelServer:
     def argv(self) -> list[str]:
         root = Path(self.env.get("EVAL_ROOT", "."))
         argv = [self.env.get("MODEL_PY", "python"), str(root / "scripts" / "policy_model_server.py")]
-        argv += ["--policy", knobs.get("POLICY"), "--ready-file", str(self.ready_file)]
+        argv += ["--policy", knobs.get("POLICY")]
+        if self.sim_listens:
+            argv += ["--connect", str(self.client_ready_file), "--info-file", str(self.ready_file)]
+        else:
+            argv += ["--ready-file", str(self.ready_file)]
         ckpt = self.env.get("CKPT_DIR") or knobs.get("CKPT_NAME")  # the node-local copy, when staged
         return argv + (["--ckpt", ckpt] if ckpt else [])  # the server reads POLICY_ARGS itself
 
@@ -72,9 +85,10 @@ class ModelServer:
                 raise ModelServerError(f"model server not ready within {timeout_s:g} s: see {self.log}")
             time.sleep(0.1)
         try:
-            self.info = read_ready(self.ready_file)
-        except WireError as exc:
-            raise ModelServerError(str(exc)) from None
+            path = self.ready_file
+            self.info = json.loads(path.read_text()) if self.sim_listens else read_ready(path)
+        except (OSError, ValueError, WireError) as exc:
+            raise ModelServerError(f"model server ready file {self.ready_file}: {exc}") from None
         return self.info
 
     def stop(self) -> None:

@@ -116,7 +116,9 @@ class Worker:
         end = slurmjob.allocation_end()
         self.log(f"run {self.run.root}: {len(units)} units; allocation ends {end or 'never'}")
         try:
-            self.server.ensure(knobs.get_float("MODEL_START_TIMEOUT"))
+            info = self.server.ensure(knobs.get_float("MODEL_START_TIMEOUT"))
+            mode = "dials each sim client" if self.server.sim_listens else f"listens on {info['port']}"
+            self.log(f"model server pid {info['pid']} loaded {info['policy']} ({mode})")
             while not self.stop.is_set():
                 if not self.time_for_another(end):
                     self.log("not enough allocation time left for another unit: stopping")
@@ -235,7 +237,7 @@ class Worker:
         return [
             self.env.get("SIM_PY", sys.executable), str(root / "scripts" / "eval_policy_client.py"),
             "--run-dir", str(self.run.root), "--scene", unit.scene, "--task", unit.task,
-            "--seeds", *map(str, seeds), "--ready-file", str(self.server.ready_file),
+            "--seeds", *map(str, seeds), "--ready-file", str(self.server.client_ready_file),
             "--writer-id", self.worker_id, "--progress-file", str(self.progress),
         ]  # fmt: skip
 

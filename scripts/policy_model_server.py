@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -18,6 +19,7 @@ from harness import knobs
 from harness.policyload import PolicyError, load_policy
 from harness.server import ModelServer, connect_out
 from harness.wire.errors import WireError
+from harness.wire.readyfile import write_ready
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -40,6 +42,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--connect",
         metavar="HOST:PORT|READY_FILE",
         help="sim-as-server: dial HOST:PORT once, or each sim client publishing READY_FILE",
+    )
+    p.add_argument(
+        "--info-file", help="with --connect: once the policy is loaded, write its pid, policy and ckpt here"
     )
     p.add_argument("--connect-timeout", type=float, default=300.0, help="seconds to keep dialling HOST:PORT")
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
@@ -65,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         if server is not None:
             server.serve_forever()
         else:
+            if args.info_file:
+                write_ready(args.info_file, {"pid": os.getpid(), "policy": policy.name, "ckpt": policy.ckpt})
             connect_out(policy, args.connect, args.connect_timeout, stop)
     except (PolicyError, WireError) as exc:
         print(f"policy_model_server: {exc}", file=sys.stderr)

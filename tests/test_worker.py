@@ -45,6 +45,17 @@ def test_pool_runs_the_queue_then_resumes_only_new_seeds(tmp_path: Path) -> None
     assert read_tree(run.results).records == after
 
 
+def test_sim_as_server_pool_runs_the_queue(tmp_path: Path) -> None:
+    """SIM_AS_SERVER=1: every sim client listens and the worker's one model side dials each in turn."""
+    run = make_run(tmp_path / "run", [("s", f"task{i}") for i in range(4)])
+    env = pool_env(run, SIM_AS_SERVER="1")
+    _run_pool(env, 2, tmp_path)
+    check_finished(run, env, set())
+    assert len(read_tree(run.results).records) == 8
+    for i in range(2):
+        assert "(dials each sim client)" in (tmp_path / f"w{i}.log").read_text()
+
+
 def test_stalled_episode_is_killed_recorded_and_quarantined(tmp_path: Path) -> None:
     run = make_run(tmp_path / "run", [("s", "ok"), ("s", "hangs")])
     env = pool_env(run, FASTBENCH_HANG="hangs/1", STALL_TIMEOUT="1.5", CRASH_LIMIT="2")
@@ -90,7 +101,7 @@ def test_local_pool_runs_node_scripts_over_one_queue(tmp_path: Path) -> None:
         timeout=240,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "16 done, 0 leased, 0 quarantined, of 16" in done.stdout
+    assert "units 16/16 done, 0 leased, 0 quarantined | episodes 16/16, 0 errored" in done.stdout
     check_finished(run, env, set())
     writers = {record["worker"] for record in read_tree(run.results).records.values()}
     assert writers and all(w.startswith("local-") and "-n" in w for w in writers)  # one id per node worker
