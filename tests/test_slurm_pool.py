@@ -285,3 +285,36 @@ def test_readme_srun_block_works_as_written(slurm: dict[str, str], tmp_path: Pat
     }
     lines = record_lines({"RUNS_ROOT": str(tmp_path / "runs"), "STUDY_RUN": "pickcube_clean"})
     assert len(lines) == 4 and all(r["error"] is None for r in lines)
+
+
+@pytest.mark.sim
+def test_real_simulator_pool_on_two_nodes(slurm: dict[str, str], tmp_path: Path) -> None:
+    """The product's default path under srun: ManiSkill3 + the replay policy on the shipped bank."""
+    queue = tmp_path / "queue.txt"
+    queue.write_text("table PickCube\ntable PullCube\n")
+    env = {
+        **slurm,
+        "RUNS_ROOT": str(tmp_path / "runs"),
+        "STUDY_RUN": "real",
+        "POLICY": "replay",
+        "EVAL_TEST_NUM": "1",
+        "RECORD_VIDEO": "1",
+        "STAGE_ENVS": "none",
+        "NODE_CACHE": str(TEST_NODE_CACHE),
+    }
+    created = subprocess.run(
+        [str(ROOT / "envs/sim/bin/python"), "scripts/new_run.py", "real", "--queue", str(queue)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    done = srun(env, "--nodes=2", timeout=480)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = record_lines(env)
+    assert sorted((r["task"], r["success"], r["error"]) for r in lines) == [
+        ("PickCube", True, None),
+        ("PullCube", True, None),
+    ]
+    assert {r["sim_version"] for r in lines} == {"mani-skill==3.0.1 sapien==3.0.3"}
+    assert {r["host"] for r in lines} <= {"n1", "n2"}
+    videos = list((run_dir(env) / "eval_result").rglob("videos/seed*.mp4"))
+    assert len(videos) == 2 and all(v.stat().st_size > 1000 for v in videos)
