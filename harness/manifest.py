@@ -59,9 +59,14 @@ from harness.seedbank import SeedBankError, bank_sha256, read_bank, resolve_root
 
 FORMAT = 1
 CODE_ROOT = Path(__file__).resolve().parent.parent
-# The code that produces episodes; result tools and orchestrators can change without a new contract.
-CODE_PATHS = ("harness", "policy", "scripts", "slurm")
-CODE_EXCLUDE = ("harness/results", "harness/orchestrate", "scripts/organize_results.py")
+# The code that decides what an episode does: the benchmark, the sim client's loop and action handling,
+# the wire, the model server and the policies. The machinery around it (queue, worker, node script,
+# staging, results, orchestrators) can be fixed mid-run without a new contract.
+CODE_PATHS = (
+    "harness/bench", "harness/wire", "harness/actions.py", "harness/simclient.py", "harness/video.py",
+    "harness/server.py", "harness/policyload.py", "policy",
+    "scripts/eval_policy_client.py", "scripts/policy_model_server.py",
+)  # fmt: skip
 SIMULATOR_DISTS = ("sapien", "mani_skill")
 
 
@@ -150,9 +155,7 @@ def build_contract(cells: list[Cell], env: Mapping[str, str]) -> dict[str, Any]:
     knobs = contract_knobs(env)
     bundle = _bundle(env)
     ckpt = resolve_checkpoint(knobs["CKPT_NAME"], bundle)
-    code = fingerprint(
-        [CODE_ROOT / p for p in CODE_PATHS if (CODE_ROOT / p).exists()], CODE_ROOT, CODE_EXCLUDE
-    )
+    code = fingerprint([CODE_ROOT / p for p in CODE_PATHS if (CODE_ROOT / p).exists()], CODE_ROOT)
     return {
         "knobs": knobs,
         "checkpoint": None if ckpt is None else {"method": METHOD, **fingerprint([ckpt]).as_dict()},

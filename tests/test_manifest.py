@@ -31,6 +31,7 @@ def code_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "code"
     (root / "harness").mkdir(parents=True)
     (root / "harness" / "worker.py").write_text("print('v1')\n")
+    (root / "harness" / "simclient.py").write_text("print('v1')\n")
     monkeypatch.setattr(mf, "CODE_ROOT", root)
     return root
 
@@ -124,10 +125,12 @@ def test_verify_returns_the_hash_and_names_each_difference(run: Path, queue: Pat
 
 def test_verify_sees_changed_code_bank_and_queue(run: Path, queue: Path, env: dict, code_tree: Path) -> None:
     mf.create_run(run, queue, env)
-    (code_tree / "harness" / "worker.py").write_text("print('v2')\n")
+    (code_tree / "harness" / "worker.py").write_text("print('v2')\n")  # machinery: not the contract
+    mf.verify_environment(run, env)
+    (code_tree / "harness" / "simclient.py").write_text("print('v2')\n")  # the episode loop: contract
     with pytest.raises(mf.ContractMismatch, match=r"code\.sha256"):
         mf.verify_environment(run, env)
-    (code_tree / "harness" / "worker.py").write_text("print('v1')\n")
+    (code_tree / "harness" / "simclient.py").write_text("print('v1')\n")
     write_bank(Path(env["BUNDLE"]), "bank1", {UNITS[0]: [100, 101, 102, 103, 999]})
     with pytest.raises(mf.ContractMismatch, match=r"seeds\.sha256"):
         mf.verify_environment(run, env)
