@@ -137,8 +137,10 @@ def shell_exports() -> str:
 
 
 def markdown_table() -> str:
-    rows = ["| knob | default | meaning |", "| --- | --- | --- |"]
-    rows += [f"| `{k.name}` | `{k.default}` | {k.doc} |" for k in KNOBS.values()]
+    rows = ["| knob | default | contract | meaning |", "| --- | --- | --- | --- |"]
+    for k in KNOBS.values():
+        default = f"`{k.default}`" if k.default else "(empty)"
+        rows.append(f"| `{k.name}` | {default} | {'yes' if k.contract else ''} | {k.doc} |")
     return "\n".join(rows)
 
 
