@@ -1,6 +1,6 @@
 """Collision detection for HSR ("hard" success = success and no collision).
 
-Definition (docs/readme/30-benchmark.md): an episode *collided* when, in any physics substep, a robot
+Definition (README, "HSR: hard success"): an episode *collided* when, in any physics substep, a robot
 link touched the table, the ground, a distractor object or another robot link with an impulse above
 `collision_impulse` (N·s summed over the contact points of that pair in that substep). Contacts with
 the task's own objects (cube, peg, tool, bin, ...) are manipulation, not collision, and the two gripper
