@@ -2,6 +2,7 @@
 # Installs everything on a fresh Debian 12 machine (as root). Idempotent: each step is stamped with
 # a hash of its inputs, so a second run on a ready machine checks and changes nothing.
 set -euo pipefail
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,3p' "$0" | cut -c3-; exit 0; fi
 . "$(dirname "${BASH_SOURCE[0]}")/../env.sh"
 STAMPS="$ENVS_ROOT/.stamps"
 mkdir -p "$STAMPS"
