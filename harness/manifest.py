@@ -52,8 +52,10 @@ from typing import Any
 
 import yaml
 
+from harness.bench import load_benchmark
 from harness.fingerprint import METHOD, fingerprint
 from harness.knobs import KNOBS, contract_knobs
+from harness.policyload import PolicyError, policy_dir
 from harness.rundir import Cell, QueueFileError, RunDir, read_queue
 from harness.seedbank import SeedBankError, bank_sha256, read_bank, resolve_root
 
@@ -275,11 +277,23 @@ def load_manifest(run_dir: Path | str) -> Manifest:
     return manifest
 
 
+def _check_runnable(cells: list[Cell], knobs: Mapping[str, str]) -> None:
+    """Refuse up front a policy, task or config that no worker could ever run."""
+    try:
+        policy_dir(knobs["POLICY"])
+        bench = load_benchmark(knobs["BENCHMARK"])
+        for cell in cells:
+            bench.check(cell.task, knobs["BENCH_CONFIG"])
+    except (PolicyError, ValueError) as exc:
+        raise ManifestError(str(exc)) from None
+
+
 def create_run(run_dir: Path | str, queue_file: Path | str, env: Mapping[str, str] = os.environ) -> Manifest:
     run = RunDir(Path(run_dir))
     cells = read_queue(Path(queue_file))
     if not cells:
         raise QueueFileError(f"queue file {queue_file} lists no units")
+    _check_runnable(cells, contract_knobs(env))
     contract = build_contract(cells, env)
     n = _eval_test_num(env)
     _check_bank_size(n, contract["seeds"], contract["knobs"]["SEEDS_ROOT"])

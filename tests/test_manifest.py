@@ -40,7 +40,10 @@ def code_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def env(tmp_path: Path) -> dict[str, str]:
     bundle = tmp_path / "bundle"
     write_bank(bundle, "bank1", {u: [100 + i for i in range(5)] for u in UNITS})
-    return {"BUNDLE": str(bundle), "SEEDS_ROOT": "bank1", "EVAL_TEST_NUM": "2", "BENCH_CONFIG": "clean"}
+    return {
+        "BUNDLE": str(bundle), "SEEDS_ROOT": "bank1", "EVAL_TEST_NUM": "2", "BENCH_CONFIG": "clean",
+        "BENCHMARK": "tests.doubles.fastbench:FastBench", "POLICY": "hold",
+    }  # fmt: skip
 
 
 @pytest.fixture
@@ -228,3 +231,16 @@ def test_planned_seeds_only_ever_grow_at_the_end(run: Path, queue: Path, env: di
     mf.record_fillin(run, seeds_root="bank2", env=env)
     mf.record_fillin(run, eval_test_num=4, env=env)
     assert mf.planned_seeds(run, env=env)[Cell("kitchen", "pick_cube")] == [100, 101, 200, 201, 102, 103]
+
+
+def test_unrunnable_policy_task_or_config_is_refused_before_anything_is_written(
+    run: Path, queue: Path, env: dict
+) -> None:
+    for knob, value, message in [
+        ("POLICY", "nosuch", "no deploy_policy.py"),
+        ("BENCHMARK", "maniskill", "unknown ManiSkill task 'pick_cube'"),
+        ("BENCHMARK", "nosuch.module:Bench", "cannot load it"),
+    ]:
+        with pytest.raises(mf.ManifestError, match=message):
+            mf.create_run(run, queue, {**env, knob: value})
+        assert not run.exists()

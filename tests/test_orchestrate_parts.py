@@ -26,7 +26,10 @@ def made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[RunDir, mf.Ma
         (bundle / "bank" / task / "s1_clean.txt").write_text("7 8 9")
     queue = tmp_path / "q.txt"
     queue.write_text("s1 pick\ns1 stack\n")
-    env = {"BUNDLE": str(bundle), "SEEDS_ROOT": "bank", "EVAL_TEST_NUM": "2", "BENCH_CONFIG": "clean"}
+    env = {
+        "BUNDLE": str(bundle), "SEEDS_ROOT": "bank", "EVAL_TEST_NUM": "2", "BENCH_CONFIG": "clean",
+        "BENCHMARK": "tests.doubles.fastbench:FastBench",
+    }  # fmt: skip
     run = RunDir(tmp_path / "runs" / "r")
     return run, mf.create_run(run.root, queue, env), env
 

@@ -37,6 +37,7 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RunDir:
         "LEASE_TTL": "30",
         "CRASH_LIMIT": "3",
         "RUNS_ROOT": str(tmp_path),
+        "BENCHMARK": "tests.doubles.fastbench:FastBench",
     }.items():
         monkeypatch.setenv(name, value)
     queue = tmp_path / "queue.txt"

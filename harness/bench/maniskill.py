@@ -37,6 +37,12 @@ class ManiSkillBenchmark:
     def tasks(self) -> list[str]:
         return list(self.table.tasks)
 
+    def check(self, task: str, bench_config: str) -> None:
+        try:
+            self.table.task(task), self.table.level(bench_config)
+        except KeyError as exc:
+            raise ValueError(exc.args[0]) from None
+
     def make_episode(
         self, task: str, bench_config: str, seed: int, *, render: bool = True
     ) -> ManiSkillEpisode:

@@ -63,6 +63,9 @@ class FastBench:
     def tasks(self) -> list[str]:
         return []
 
+    def check(self, task: str, bench_config: str) -> None:
+        """Any task and config name builds a fast episode."""
+
     def make_episode(self, task: str, bench_config: str, seed: int, *, render: bool = True) -> FastEpisode:
         if task in _listed("FASTBENCH_CRASH"):
             raise RuntimeError(f"fastbench: task {task} is made to crash")
