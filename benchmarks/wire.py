@@ -26,6 +26,8 @@ import numpy as np
 
 from harness.wire import PolicyClient, codecs
 
+BLOCK = 20  # round trips of one codec in a row
+WARM = 3  # round trips before each block, not timed
 SPEC = {"benchmark": "bench", "robot": "panda", "action_dim": 10, "cameras": ["a", "b", "c"]}
 
 
@@ -74,7 +76,9 @@ def observation() -> dict[str, Any]:
 
 def measure(ready: Path, names: list[str], iters: int) -> dict[str, float]:
     """Median µs of one infer round trip per codec (encode, send, server decode + policy + encode,
-    receive, decode). The codecs take turns, so load from other processes hits all of them alike."""
+    receive, decode). The codecs take turns in blocks of BLOCK round trips, so load from other
+    processes hits all of them alike, while each block runs as a sim client does: one codec, warm
+    (a round trip right after another codec's pays that codec's allocator churn: ~1 ms here)."""
     obs = observation()
     clients = {}
     for name in names:
@@ -84,15 +88,17 @@ def measure(ready: Path, names: list[str], iters: int) -> dict[str, float]:
         assert type(clients[name]._codec) is codecs.CODECS[name]
         clients[name].reset("bench", "bench", "hold still", 0)
     times: dict[str, list[float]] = {name: [] for name in names}
-    for step in range(iters + 10):
+    for block in range(-(-iters // BLOCK)):
         for name, client in clients.items():
-            start = time.perf_counter()
-            chunk = client.infer(obs, step)
-            times[name].append(time.perf_counter() - start)
-            assert chunk.shape == (30, 10)
+            for step in range(block * BLOCK - WARM, (block + 1) * BLOCK):
+                start = time.perf_counter()
+                chunk = client.infer(obs, step)
+                if step >= block * BLOCK:
+                    times[name].append(time.perf_counter() - start)
+                assert chunk.shape == (30, 10)
     for client in clients.values():
         client.close()
-    return {name: statistics.median(t[10:]) * 1e6 for name, t in times.items()}
+    return {name: statistics.median(t) * 1e6 for name, t in times.items()}
 
 
 def main() -> None:
