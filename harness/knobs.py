@@ -54,7 +54,8 @@ KNOBS: dict[str, Knob] = {
         ),
         # queue and worker
         Knob("QUEUE_MODE", "lease", "lease: work-stealing lease queue", False),
-        Knob("UNIT_SEEDS", "0", "seeds per unit: 0 = whole (scene, task) cell, k = slices of k", False),
+        # UNIT_SEEDS changes no result, but every worker of a run must cut the same unit keys
+        Knob("UNIT_SEEDS", "0", "seeds per unit: 0 = whole (scene, task) cell, k = slices of k"),
         Knob("EVAL_RESUME_SEEDS", "1", "1: run only seeds not yet recorded", False),
         Knob("LEASE_TTL", "60", "seconds without heartbeat before a lease is reclaimed", False),
         Knob("HEARTBEAT_S", "5", "seconds between lease heartbeats", False),

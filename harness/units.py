@@ -15,7 +15,7 @@ from functools import cached_property
 from pathlib import Path
 
 from harness import knobs, seedbank
-from harness.manifest import planned_seeds
+from harness.manifest import load_manifest, planned_seeds
 from harness.records import RecordSet, read_tree
 from harness.rundir import Cell, RunDir, read_queue, safe_key, task_config_name
 
@@ -65,14 +65,15 @@ def split(cell: Cell, seeds: list[int], unit_seeds: int, bench_config: str) -> l
 def run_units(run: RunDir) -> list[Unit]:
     """Every unit of a run, in queue order. A run with a manifest plans its seeds from it (its banks,
     fill-ins included, and its EVAL_TEST_NUM); one without, from the queue file and the knobs."""
-    bench_config = knobs.get("BENCH_CONFIG")
-    unit_seeds = knobs.get_int("UNIT_SEEDS")
+    if run.manifest.exists():
+        manifest = load_manifest(run.root)
+        bench_config, unit_seeds = manifest.knobs["BENCH_CONFIG"], int(manifest.knobs["UNIT_SEEDS"])
+        plan = planned_seeds(run.root, manifest)
+    else:
+        bench_config, unit_seeds = knobs.get("BENCH_CONFIG"), knobs.get_int("UNIT_SEEDS")
+        plan = {cell: cell_seeds(cell) for cell in read_queue(run.queue)}
     if unit_seeds < 0:
         raise ValueError(f"knob UNIT_SEEDS={unit_seeds}: expected 0 (whole cells) or a positive count")
-    if run.manifest.exists():
-        plan = planned_seeds(run.root)
-    else:
-        plan = {cell: cell_seeds(cell) for cell in read_queue(run.queue)}
     units: list[Unit] = []
     for cell, seeds in plan.items():
         units += split(cell, seeds, unit_seeds, bench_config)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import re
+import select
 import signal
 import subprocess
 import sys
@@ -132,6 +135,9 @@ def test_every_state(run: RunDir) -> None:
         assert queue.mark(alive, False)
 
 
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
 def test_cli_once_and_watch(run: RunDir, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     once = subprocess.run(
@@ -143,18 +149,23 @@ def test_cli_once_and_watch(run: RunDir, tmp_path: Path) -> None:
     )
     assert once.returncode == 0, once.stderr
     assert "units: 10" in once.stdout
+    master, terminal = pty.openpty()  # a terminal, as a person watching has: rich draws live frames
     watch = subprocess.Popen(
         [sys.executable, str(REPO / "scripts/status.py"), str(run.root), "--watch", "--interval", "0.2"],
         env=env,
-        stdout=subprocess.PIPE,
+        stdout=terminal,
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(3)
+    os.close(terminal)
+    screen, deadline = "", time.monotonic() + 120
+    while "units: 10" not in ANSI.sub("", screen) and time.monotonic() < deadline:
+        if select.select([master], [], [], 0.5)[0]:
+            screen += os.read(master, 65536).decode(errors="replace")
     watch.send_signal(signal.SIGINT)
-    out, err = watch.communicate(timeout=30)
-    assert watch.returncode == 0, err
-    assert "units: 10" in out
+    assert watch.wait(30) == 0, watch.stderr.read()  # type: ignore[union-attr]
+    os.close(master)
+    assert "units: 10" in ANSI.sub("", screen)
     missing = subprocess.run(
         [sys.executable, str(REPO / "scripts/status.py"), str(tmp_path / "nope")],
         env=env,

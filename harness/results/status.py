@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from harness import knobs
 from harness.leases import UnitState, snapshot
 from harness.manifest import load_manifest, planned_seeds
 from harness.records import is_trial, read_tree
@@ -53,14 +52,14 @@ class Status:
 
 
 def planned_units(run: RunDir) -> tuple[list[Unit], str]:
-    """The run's units as its run.yaml plans them (UNIT_SEEDS from the environment, as the workers
-    take it); a run without run.yaml is planned from the current knobs."""
+    """The run's units as its run.yaml plans them; a run without run.yaml is planned from the
+    current knobs."""
     try:
         if not run.manifest.exists():
             return run_units(run), "current knobs (no run.yaml)"
         manifest = load_manifest(run.root)
         bench_config = manifest.knobs["BENCH_CONFIG"]
-        unit_seeds = knobs.get_int("UNIT_SEEDS")
+        unit_seeds = int(manifest.knobs["UNIT_SEEDS"])
         cells = planned_seeds(run.root, manifest)
         return [
             u for cell, seeds in cells.items() for u in split(cell, seeds, unit_seeds, bench_config)
