@@ -97,13 +97,16 @@ KNOBS: dict[str, Knob] = {
 }
 
 
-def get(name: str) -> str:
-    """The knob's value: the environment's, else its default."""
-    return os.environ.get(name, KNOBS[name].default)
+def get(name: str, env: Mapping[str, str] | None = None) -> str:
+    """The knob's value: the environment's (`env`, else os.environ), else its default."""
+    return (os.environ if env is None else env).get(name, KNOBS[name].default)
 
 
-def get_int(name: str) -> int:
-    return int(_parse(name, int))
+def get_int(name: str, env: Mapping[str, str] | None = None, minimum: int | None = None) -> int:
+    value = int(_parse(name, int, env))
+    if minimum is not None and value < minimum:
+        raise ValueError(f"knob {name}={value!r}: expected an integer >= {minimum}")
+    return value
 
 
 def get_float(name: str) -> float:
@@ -119,8 +122,8 @@ def get_bool(name: str) -> bool:
     raise ValueError(f"knob {name}={value!r}: expected 0 or 1")
 
 
-def _parse(name: str, kind: type) -> float:
-    value = get(name)
+def _parse(name: str, kind: type, env: Mapping[str, str] | None = None) -> float:
+    value = get(name, env)
     try:
         return kind(value)
     except ValueError:

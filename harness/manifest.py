@@ -54,7 +54,7 @@ import yaml
 
 from harness.bench import load_benchmark
 from harness.fingerprint import METHOD, fingerprint
-from harness.knobs import KNOBS, contract_knobs
+from harness.knobs import KNOBS, contract_knobs, get_int
 from harness.policyload import PolicyError, policy_dir
 from harness.rundir import Cell, QueueFileError, RunDir, read_queue
 from harness.seedbank import SeedBankError, bank_sha256, read_bank, resolve_root
@@ -194,14 +194,10 @@ def diff_contracts(expected: dict[str, Any], actual: dict[str, Any], actual_labe
 
 
 def _eval_test_num(env: Mapping[str, str]) -> int:
-    raw = env.get("EVAL_TEST_NUM", KNOBS["EVAL_TEST_NUM"].default)
     try:
-        value = int(raw)
-    except ValueError:
-        raise ManifestError(f"EVAL_TEST_NUM={raw!r}: expected a positive integer") from None
-    if value < 1:
-        raise ManifestError(f"EVAL_TEST_NUM={raw!r}: expected a positive integer")
-    return value
+        return get_int("EVAL_TEST_NUM", env, minimum=1)
+    except ValueError as exc:
+        raise ManifestError(str(exc)) from None
 
 
 def _check_bank_size(n: int, seeds: dict[str, Any] | None, seeds_root: str) -> None:

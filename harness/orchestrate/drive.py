@@ -36,13 +36,7 @@ class Settings:
         launcher = env.get("LAUNCHER", knobs.KNOBS["LAUNCHER"].default)
         if launcher not in launch.LAUNCHERS:
             raise launch.LaunchError(f"LAUNCHER={launcher!r}: expected one of {', '.join(launch.LAUNCHERS)}")
-        raw = nodes if nodes is not None else env.get("POOL_NODES", knobs.KNOBS["POOL_NODES"].default)
-        try:
-            count = int(raw)
-        except ValueError:
-            raise ValueError(f"POOL_NODES={raw!r}: expected a positive integer") from None
-        if count < 1:
-            raise ValueError(f"POOL_NODES={raw!r}: expected a positive integer")
+        count = knobs.get_int("POOL_NODES", {**env, "POOL_NODES": str(nodes)} if nodes else env, minimum=1)
         root = Path(env.get("EVAL_ROOT") or Path(__file__).resolve().parents[2])
         return cls(launcher, count, env.get("SRUN_ARGS", ""), root, progress_s)
 
