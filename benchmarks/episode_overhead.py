@@ -30,12 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness import knobs  # noqa: E402
-from harness.bench import load_benchmark  # noqa: E402
-from harness.modelproc import ModelServer  # noqa: E402
-from harness.policyload import load_policy  # noqa: E402
-from harness.seedbank import read_bank_file, resolve_root  # noqa: E402
-from harness.simclient import SimClient, Unit  # noqa: E402
+from harness.config.seedbank import read_bank_file, resolve_root  # noqa: E402
+from harness.episode.bench import load_benchmark  # noqa: E402
+from harness.episode.simclient import SimClient, Unit  # noqa: E402
+from harness.model.policyload import load_policy  # noqa: E402
 from harness.wire.client import PolicyClient  # noqa: E402
+from harness.worker.model_server_process import ModelServerProcess  # noqa: E402
 
 CLOCK: dict[str, float] = defaultdict(float)
 
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = read_bank_file(root / args.task / f"table_{bench_config}.txt")[: args.episodes]
     env = dict(os.environ, EVAL_ROOT=str(ROOT), PYTHONPATH=str(ROOT))
     with tempfile.TemporaryDirectory() as tmp:
-        server = ModelServer(Path(tmp) / "ready", Path(tmp) / "server.log", env)
+        server = ModelServerProcess(Path(tmp) / "ready", Path(tmp) / "server.log", env)
         try:
             server.ensure(timeout_s=300)
             bench = load_benchmark(knobs.get("BENCHMARK"))

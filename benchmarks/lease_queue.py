@@ -27,9 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.leases import LeaseQueue, scan
-from harness.rundir import Cell, RunDir
-from harness.units import Unit, split
+from harness.config.rundir import Cell, RunDir
+from harness.queue.leases import LeaseQueue
+from harness.queue.listing import scan
+from harness.queue.units import Unit, split
 
 COUNTED = ("mkdir", "rmdir", "rename", "open", "unlink", "utime", "listdir", "scandir", "stat", "lstat")
 COUNTED += ("fstat", "write")

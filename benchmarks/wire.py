@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.wire import PolicyClient, codecs
+from harness.wire import codecs
+from harness.wire.client import PolicyClient
 
 BLOCK = 20  # round trips of one codec in a row
 WARM = 3  # round trips before each block, not timed
@@ -62,8 +63,8 @@ codecs.CODECS["plain_json"] = PlainJsonCodec
 
 
 def serve(ready: str) -> None:
-    from harness.policyload import load_policy
-    from harness.server import ModelServer
+    from harness.model.policyload import load_policy
+    from harness.model.server import ModelServer
 
     ModelServer(load_policy("hold"), ready).serve_forever()
 

@@ -1,2 +1,3 @@
-"""The pipeline's library: knobs, run directory, episode records, wire protocol, model server,
-sim client, lease queue, worker loop and results. Both envs import it (PYTHONPATH=$EVAL_ROOT)."""
+"""The pipeline's library, one subpackage per stage of an episode's journey (README, "Layout"):
+node -> worker -> queue -> episode <-> wire <-> model -> results, with config below them all and
+launch above. Both envs import it (PYTHONPATH=$EVAL_ROOT)."""

@@ -4,4 +4,4 @@
 # -P: import the harness of this checkout (EVAL_ROOT via PYTHONPATH), never one in the caller's cwd.
 set -euo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/env.sh"
-exec "$SIM_PY" -P -m harness.orchestrate.fillin "$@"
+exec "$SIM_PY" -P -m harness.launch.fillin "$@"

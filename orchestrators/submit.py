@@ -24,11 +24,11 @@ import submitit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import knobs, manifest
-from harness.orchestrate.progress import progress
-from harness.records import read_tree
+from harness.config import knobs, manifest
+from harness.config.rundir import RunDir
+from harness.episode.records import read_tree
+from harness.launch.progress import progress
 from harness.results.aggregate import summarize
-from harness.rundir import RunDir
 
 EVAL_ROOT = Path(__file__).resolve().parents[1]
 _UNFINISHED = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "UNKNOWN", "REQUEUED"}

@@ -1,8 +1,10 @@
-"""One worker end to end on this machine: model server + sim client over a queue, then SR/HSR.
+"""One worker end to end on this machine, in this process: model server + sim client over a queue.
 
-No Slurm and no lease queue: units run one after another in this process's worker. Knobs come from
-the environment (POLICY, BENCH_CONFIG, EVAL_TEST_NUM, SEEDS_ROOT, ...); a rerun into the same run dir
-skips the seeds already recorded.
+The debug launcher (harness.launch.debug): the same worker a node runs, without a pool or Slurm. It
+creates the run from --queue (or checks this environment against the existing run), runs every unit,
+then prints each scene's per-task SR/HSR with 95% intervals. Knobs come from the environment
+(POLICY, BENCH_CONFIG, EVAL_TEST_NUM, SEEDS_ROOT, ...); a rerun resumes (recorded seeds are skipped).
+Worker log lines (one per unit and seed) go to stderr as it runs.
 
 Examples (from the repository root, after `source env.sh`):
   POLICY=replay $SIM_PY scripts/eval_one_worker.py --run demo_replay
@@ -17,10 +19,11 @@ import os
 import sys
 from pathlib import Path
 
-from harness import knobs
-from harness.oneworker import results_table, run_queue
-from harness.rundir import QueueFileError, RunDir
-from harness.seedbank import SeedBankError
+from harness.config.manifest import ContractMismatch, ManifestError
+from harness.config.paths import run_dir
+from harness.config.rundir import QueueFileError, RunDir
+from harness.config.seedbank import SeedBankError
+from harness.launch.debug import results_text, run_debug
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,17 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.policy:
         os.environ["POLICY"] = args.policy
-    run_path = Path(args.run) if "/" in args.run else Path(os.environ.get("RUNS_ROOT", "runs")) / args.run
-    run = RunDir(run_path.resolve())
-    print(f"run dir {run.root}: POLICY={knobs.get('POLICY')} BENCH_CONFIG={knobs.get('BENCH_CONFIG')} "
-          f"EVAL_TEST_NUM={knobs.get('EVAL_TEST_NUM')}", flush=True)  # fmt: skip
+    run = RunDir(run_dir(args.run).resolve())
     try:
-        failed = run_queue(run, args.queue, report=lambda line: print(line, flush=True))
-    except (QueueFileError, SeedBankError, ValueError) as exc:
+        code, manifest = run_debug(run, args.queue)
+    except (ContractMismatch, ManifestError, QueueFileError, SeedBankError, ValueError) as exc:
         print(f"eval_one_worker: {exc}", file=sys.stderr)
         return 2
-    print(results_table(run))
-    return 1 if failed else 0
+    print(results_text(run, manifest))
+    return code
 
 
 if __name__ == "__main__":

@@ -16,9 +16,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness import knobs
-from harness.bench import load_benchmark
-from harness.simclient import SimClient, Unit
+from harness.config import knobs
+from harness.episode.bench import load_benchmark
+from harness.episode.simclient import SimClient, Unit
 from harness.wire.client import PolicyClient
 from harness.wire.errors import PeerClosed, WireError
 
@@ -44,10 +44,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         bench = load_benchmark(knobs.get("BENCHMARK"))
+        wire = {"codec": knobs.get("WIRE_CODEC"), "max_frame": knobs.get_int("WIRE_MAX_FRAME")}
         if knobs.get_bool("SIM_AS_SERVER"):
-            client = PolicyClient.listen(args.ready_file, timeout_s=args.connect_timeout)
+            bind = knobs.get("MODEL_SERVER_BIND")
+            client = PolicyClient.listen(args.ready_file, timeout_s=args.connect_timeout, bind=bind, **wire)
         else:
-            client = PolicyClient.from_ready_file(args.ready_file, timeout_s=args.connect_timeout)
+            host = knobs.get("MODEL_SERVER_HOST") or None
+            client = PolicyClient.from_ready_file(
+                args.ready_file, timeout_s=args.connect_timeout, host=host, **wire
+            )
     except (ValueError, WireError, OSError) as exc:
         print(f"eval_policy_client: cannot start: {exc}", file=sys.stderr)
         return 2

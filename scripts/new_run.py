@@ -1,6 +1,6 @@
 """Create a run dir (queue + frozen run.yaml), record a fill-in, or verify an environment.
 
-Knobs come from the environment (see `python -m harness.knobs --markdown`), as for every launch.
+Knobs come from the environment (see `python -m harness.config.knobs --markdown`), as for every launch.
 
   new_run.py RUN --queue seeds/maniskill/queue.txt       create (re-creating the same run is a no-op)
   new_run.py RUN --fill-in --test-num 4                  raise EVAL_TEST_NUM (only new seeds run)
@@ -14,20 +14,15 @@ each differing knob or input with both values).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from harness.manifest import (
-    ContractMismatch,
-    Manifest,
-    ManifestError,
-    contract_hash,
-    create_run,
-    record_fillin,
-    verify_environment,
-)
-from harness.rundir import QueueFileError, run_path
-from harness.seedbank import SeedBankError
+from harness.config.contract import verify_environment
+from harness.config.fillin import record_fillin
+from harness.config.manifest import ContractMismatch, Manifest, ManifestError, contract_hash
+from harness.config.paths import run_dir
+from harness.config.rundir import QueueFileError
+from harness.config.seedbank import SeedBankError
+from harness.launch.newrun import new_run
 
 
 def _summary(run_dir: str, manifest: Manifest) -> str:
@@ -53,21 +48,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-num", type=int, help="fill-in: the new EVAL_TEST_NUM")
     parser.add_argument("--seeds-root", help="fill-in: a seed bank disjoint from the run's banks")
     args = parser.parse_args(argv)
-    run_dir = run_path(args.run, os.environ.get("RUNS_ROOT", "runs"))
+    run = run_dir(args.run)
     try:
         if args.verify:
-            print(verify_environment(run_dir))
+            print(verify_environment(run))
             return 0
         if args.fill_in:
-            manifest = record_fillin(run_dir, eval_test_num=args.test_num, seeds_root=args.seeds_root)
+            manifest = record_fillin(run, eval_test_num=args.test_num, seeds_root=args.seeds_root)
         elif args.queue is None:
             parser.error("creating a run needs --queue FILE")
         else:
-            manifest = create_run(run_dir, args.queue)
+            manifest = new_run(run, args.queue)
     except (ContractMismatch, ManifestError, QueueFileError, SeedBankError, ValueError) as exc:
         print(f"new_run: {exc}", file=sys.stderr)
         return 2
-    print(_summary(str(run_dir), manifest))
+    print(_summary(str(run), manifest))
     return 0
 
 

@@ -15,9 +15,9 @@ import sys
 import threading
 from types import FrameType
 
-from harness import knobs
-from harness.policyload import PolicyError, load_policy
-from harness.server import ModelServer, connect_out
+from harness.config import knobs
+from harness.model.policyload import PolicyError, load_policy
+from harness.model.server import ModelServer, connect_out
 from harness.wire.errors import WireError
 from harness.wire.readyfile import write_ready
 

@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness import knobs
-from harness.precollect import Pair, run_pairs, write_queue
+from harness.config import knobs
+from harness.launch.precollect import Pair, run_pairs, write_queue
 
 SHIPPED_TASKS = [
     "PickCube",
@@ -83,7 +83,7 @@ def _check_names(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     """Unknown task/config names fail here, before any process starts."""
     if args.benchmark != "maniskill":
         return
-    from harness.bench.maniskill_config import load_table
+    from harness.episode.bench.maniskill_config import load_table
 
     table = load_table()
     try:

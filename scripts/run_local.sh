@@ -5,5 +5,5 @@
 set -euo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,4p' "$0" | cut -c3-; exit 0; fi
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/env.sh"
-eval "$("$SIM_PY" -m harness.knobs --shell)"
-exec "$SIM_PY" -m harness.localpool "$@"
+eval "$("$SIM_PY" -m harness.config.knobs --shell)"
+exec "$SIM_PY" -m harness.launch.localpool "$@"

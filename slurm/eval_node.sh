@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The per-node payload of `srun` (one task per node); also runs by hand without Slurm.
-# Everything comes from the environment (knobs: `python -m harness.knobs --markdown`). On this node it
+# Everything comes from the environment (knobs: `python -m harness.config.knobs --markdown`). On this node it
 # stages envs/checkpoint into NODE_CACHE if cold, installs SIM_PIN into the staged sim env, refreshes
 # the code from the shared tree, then starts one worker per GPU slot x WORKERS_PER_GPU (CPU_WORKERS on
 # a node without GPUs) and waits. It exits non-zero only for a node-level failure (staging, pin, or
@@ -8,10 +8,10 @@
 set -euo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,7p' "$0" | cut -c3-; exit 0; fi
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/env.sh"
-exports="$("$SIM_PY" -m harness.knobs --shell)"
+exports="$("$SIM_PY" -m harness.config.knobs --shell)"
 eval "$exports"
 : "${STUDY_RUN:?set STUDY_RUN to the run dir name under \$RUNS_ROOT}"
-node="$("$SIM_PY" -m harness.node name)"
+node="$("$SIM_PY" -m harness.node.cli name)"
 logs="$RUNS_ROOT/$STUDY_RUN/logs"
 mkdir -p "$logs"
 exec > >(tee -a "$logs/node-$node.log") 2>&1
@@ -20,16 +20,16 @@ trap 'exec >&- 2>&-; wait "$tee_pid"' EXIT  # the log is complete when the node 
 echo "[node $node] $(date -Is) start: run=$STUDY_RUN job=${SLURM_JOB_ID:-none}"
 
 # Stage if cold, pin, refresh code: prints exports of SIM_PY, MODEL_PY, EVAL_ROOT, PYTHONPATH, CKPT_DIR, HF_HOME.
-exports="$("$SIM_PY" -m harness.node prepare)"
+exports="$("$SIM_PY" -m harness.node.cli prepare)"
 eval "$exports"
 cd "$EVAL_ROOT"
 
-plan="$("$SIM_PY" -m harness.node plan)"
+plan="$("$SIM_PY" -m harness.node.cli plan)"
 pids=()
 while read -r wid devices; do
   [ "$devices" = "-" ] && devices=""
   echo "[node $node] worker $wid CUDA_VISIBLE_DEVICES='$devices' log=$logs/worker-$wid.log"
-  CUDA_VISIBLE_DEVICES="$devices" WORKER_ID="$wid" bash harness/eval_worker.sh >"$logs/worker-$wid.log" 2>&1 &
+  CUDA_VISIBLE_DEVICES="$devices" WORKER_ID="$wid" bash slurm/eval_worker.sh >"$logs/worker-$wid.log" 2>&1 &
   pids+=("$!")
 done <<<"$plan"
 

@@ -6,6 +6,6 @@
 set -euo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,5p' "$0" | cut -c3-; exit 0; fi
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/env.sh"
-exports="$("$SIM_PY" -m harness.knobs --shell)"
+exports="$("$SIM_PY" -m harness.config.knobs --shell)"
 eval "$exports"
-"$SIM_PY" -m harness.node prepare
+"$SIM_PY" -m harness.node.cli prepare

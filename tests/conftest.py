@@ -1,3 +1,3 @@
-"""Suite-wide pytest plugins: `slurm_support` provides the session's local Slurm cluster fixture."""
+"""Suite-wide pytest plugins: `support.slurm_support` provides the session's local Slurm cluster fixture."""
 
-pytest_plugins = ["slurm_support"]
+pytest_plugins = ["support.slurm_support"]

@@ -33,7 +33,7 @@ def test_env_secrets_are_loaded_but_never_written(tmp_path: Path) -> None:
     repo = _snapshot(tmp_path / "repo")
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
     env.update(
-        BENCHMARK="tests.doubles.fastbench:FastBench", POLICY="tests/policies/sleep", USE_EVAL_SEEDS="0",
+        BENCHMARK="tests.support.fastbench:FastBench", POLICY="tests/policies/sleep", USE_EVAL_SEEDS="0",
         EVAL_TEST_NUM="2", RECORD_VIDEO="0", FASTBENCH_STEPS="2", FASTBENCH_STEP_MS="1", STUDY_RUN="sec",
     )  # fmt: skip
     loaded = subprocess.run(

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.records import is_trial
+from harness.episode.records import is_trial
 from harness.results import ResultsError
 from harness.results.load import episode_key, scene_of
 from harness.results.stats import Rate, mean_rate

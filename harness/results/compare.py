@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.records import is_trial
+from harness.episode.records import is_trial
 from harness.results import ResultsError
 from harness.results.load import EpisodeKey, LoadedRun, episode_key, split_by_contract
 from harness.results.stats import PairedTest, Rate, mean_rate

@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from harness.records import RecordSet, read_tree
+from harness.config.paths import run_dir
+from harness.config.rundir import RunDir
+from harness.episode.records import RecordSet, read_tree
 from harness.results import ResultsError
-from harness.rundir import RunDir
 
 NO_CONTRACT = "(none)"
 
@@ -49,14 +49,10 @@ class LoadedRun:
 
 def resolve_run(run: str, runs_root: str | None = None) -> RunDir:
     """A run given as a path, or as a name under $RUNS_ROOT; a clear error when neither exists."""
-    path = Path(run)
-    root = Path(runs_root or os.environ.get("RUNS_ROOT", "runs"))
-    candidates = [path] if path.is_absolute() or os.sep in run else [path, root / run]
-    for candidate in candidates:
-        if candidate.is_dir():
-            return RunDir(candidate.resolve())
-    tried = " or ".join(str(c) for c in candidates)
-    raise ResultsError(f"run {run!r} not found (looked for {tried})")
+    path = run_dir(run, {"RUNS_ROOT": runs_root} if runs_root else os.environ)
+    if not path.is_dir():
+        raise ResultsError(f"run {run!r} not found (looked for {path})")
+    return RunDir(path.resolve())
 
 
 def load_run(run: RunDir) -> LoadedRun:

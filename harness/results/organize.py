@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from harness.config.paths import run_dir
 from harness.results import ResultsError
 from harness.results.aggregate import Summary, summarize
 from harness.results.chart import write_chart
@@ -34,9 +35,9 @@ class Options:
     runs_root: str | None = None
 
 
-def default_out(model: str, runs_root: str | None) -> Path:
+def default_out(model: str, runs_root: str | None = None) -> Path:
     """$RUNS_ROOT/<model>, as in the reference."""
-    return Path(runs_root or os.environ.get("RUNS_ROOT", "runs")) / model
+    return run_dir(model, {"RUNS_ROOT": runs_root} if runs_root else os.environ)
 
 
 def _check_out(out: Path, loaded: LoadedRun) -> None:

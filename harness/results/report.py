@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from harness.records import is_trial
+from harness.episode.records import is_trial
 from harness.results.aggregate import Group, Summary, TaskResult
 from harness.results.load import EpisodeKey, episode_key
 from harness.results.stats import Rate

@@ -1,6 +1,6 @@
 """Live status of a run: the lease queue's units, episodes done of planned, success so far, throughput,
 ETA, live leases and recent errors. Safe while the pool runs: it reads the run dir and changes nothing
-(the lease snapshot only touches a clock probe of its own, see `harness.leases.snapshot`).
+(the lease snapshot only touches a clock probe of its own, see `harness.queue.listing.snapshot`).
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from harness.leases import UnitState, snapshot
-from harness.manifest import load_manifest, planned_seeds
-from harness.records import is_trial, read_tree
+from harness.config.plan import queue_states, run_units
+from harness.config.rundir import RunDir
+from harness.episode.records import is_trial, read_tree
+from harness.queue.listing import UnitState
+from harness.queue.units import Unit
 from harness.results import ResultsError
 from harness.results.stats import Rate
-from harness.rundir import RunDir
-from harness.units import Unit, run_units, split
 
 THROUGHPUT_WINDOW_S = 600.0
 RECENT_ERRORS = 5
@@ -54,16 +54,9 @@ class Status:
 def planned_units(run: RunDir) -> tuple[list[Unit], str]:
     """The run's units as its run.yaml plans them; a run without run.yaml is planned from the
     current knobs."""
+    source = "run.yaml" if run.manifest.exists() else "current knobs (no run.yaml)"
     try:
-        if not run.manifest.exists():
-            return run_units(run), "current knobs (no run.yaml)"
-        manifest = load_manifest(run.root)
-        bench_config = manifest.knobs["BENCH_CONFIG"]
-        unit_seeds = int(manifest.knobs["UNIT_SEEDS"])
-        cells = planned_seeds(run.root, manifest)
-        return [
-            u for cell, seeds in cells.items() for u in split(cell, seeds, unit_seeds, bench_config)
-        ], "run.yaml"
+        return run_units(run), source
     except ValueError as exc:  # a bad manifest, queue file, seed bank or knob: each names itself
         raise ResultsError(f"cannot plan the units of {run.root}: {exc}") from None
 
@@ -87,7 +80,7 @@ def collect(run: RunDir, now: float | None = None) -> Status:
         raise ResultsError(f"{run.root} is not a run dir: it has no queue.txt")
     now = time.time() if now is None else now
     units, source = planned_units(run)
-    status = Status(run, snapshot(run, units), source)
+    status = Status(run, queue_states(run, units), source)
     found = read_tree(run.results)
     if found.torn_lines:
         status.warnings.append(f"{len(found.torn_lines)} torn line(s) ignored (a writer died mid-line)")

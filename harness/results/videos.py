@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.config.rundir import RunDir
 from harness.results.load import EpisodeKey, episode_key, scene_of
-from harness.rundir import RunDir
 
 VIDEO_MODES = ("link", "copy", "none")
 

@@ -1,10 +1,6 @@
 """Sim client ⇄ model server wire protocol: length-prefixed frames, two codecs, typed messages.
 
-The sim side uses `PolicyClient`; the model side is `harness.server`.
+The sim side uses `harness.wire.client.PolicyClient`; the model side is `harness.model.server`.
+Nothing is imported here, so that `harness.config.knobs` can read the frame limit's default
+(`harness.wire.frames`) in a bare Python without numpy.
 """
-
-from harness.wire.client import PolicyClient
-from harness.wire.errors import RemoteError, WireError
-from harness.wire.protocol import PROTOCOL_VERSION
-
-__all__ = ["PROTOCOL_VERSION", "PolicyClient", "RemoteError", "WireError"]

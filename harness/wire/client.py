@@ -17,11 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from harness import knobs
 from harness.wire import protocol
 from harness.wire.codecs import CODECS, Codec, JsonCodec, get_codec
 from harness.wire.errors import WireError
-from harness.wire.frames import recv_frame, send_frame
+from harness.wire.frames import DEFAULT_MAX_FRAME, recv_frame, send_frame
 from harness.wire.readyfile import advertised_host, remove_ready, run_token, wait_ready, write_ready
 
 DEFAULT_IO_TIMEOUT_S = 600.0
@@ -38,6 +37,8 @@ class PolicyClient:
         io_timeout_s: float = DEFAULT_IO_TIMEOUT_S,
         ready_file: Path | None = None,
         expect_token: str | None = None,
+        codec: str = "msgpack",
+        max_frame: int = DEFAULT_MAX_FRAME,
     ) -> None:
         self._sock = sock
         self._sock.settimeout(io_timeout_s)
@@ -46,43 +47,53 @@ class PolicyClient:
         self._expect_token = expect_token
         self._ready_file = ready_file
         self._codec: Codec = JsonCodec()
+        self._preferred_codec = codec
+        self._max_frame = max_frame
         self.server_spec: dict[str, Any] = {}
 
     @classmethod
     def from_ready_file(
-        cls, path: str | Path, timeout_s: float = 300.0, io_timeout_s: float = DEFAULT_IO_TIMEOUT_S
+        cls,
+        path: str | Path,
+        timeout_s: float = 300.0,
+        io_timeout_s: float = DEFAULT_IO_TIMEOUT_S,
+        host: str | None = None,
+        **options: Any,
     ) -> PolicyClient:
         """Wait for the server's ready file, then connect (retrying while a stale file points nowhere).
 
-        MODEL_SERVER_HOST, when set, overrides the host in the file (cross-node setups).
+        `host` (MODEL_SERVER_HOST), when given, overrides the host in the file (cross-node setups);
+        `options` (codec, max_frame) go to the constructor.
         """
         deadline = time.monotonic() + timeout_s
         while True:
             info = wait_ready(path, max(0.0, deadline - time.monotonic()))
-            host = knobs.get("MODEL_SERVER_HOST") or info["host"]
+            address = host or info["host"]
             try:
-                sock = socket.create_connection((host, info["port"]), timeout=min(10.0, timeout_s))
+                sock = socket.create_connection((address, info["port"]), timeout=min(10.0, timeout_s))
             except OSError as exc:
                 if time.monotonic() > deadline:
-                    raise WireError(f"cannot connect to {host}:{info['port']} from {path}: {exc}") from None
+                    raise WireError(
+                        f"cannot connect to {address}:{info['port']} from {path}: {exc}"
+                    ) from None
                 time.sleep(0.2)
                 continue
-            return cls(sock, token=info.get("token"), io_timeout_s=io_timeout_s)
+            return cls(sock, token=info.get("token"), io_timeout_s=io_timeout_s, **options)
 
     @classmethod
     def listen(
         cls,
         ready_file: str | Path,
         timeout_s: float = 300.0,
-        bind: str | None = None,
+        bind: str = "127.0.0.1",
         io_timeout_s: float = DEFAULT_IO_TIMEOUT_S,
+        **options: Any,
     ) -> PolicyClient:
         """Sim-as-server: bind (MODEL_SERVER_BIND) on port 0, publish a ready file, accept the model side.
 
         A non-loopback bind gets a token in the ready file; the model side must echo it in its hello
         reply or the connection is refused.
         """
-        bind = knobs.get("MODEL_SERVER_BIND") if bind is None else bind
         token = run_token(bind)
         listener = socket.create_server((bind, 0))
         try:
@@ -103,19 +114,21 @@ class PolicyClient:
                 raise WireError(f"no model side connected to {ready_file} within {timeout_s:g} s") from None
         finally:
             listener.close()
-        return cls(sock, io_timeout_s=io_timeout_s, ready_file=Path(ready_file), expect_token=token)
+        return cls(
+            sock, io_timeout_s=io_timeout_s, ready_file=Path(ready_file), expect_token=token, **options
+        )
 
     def _call(self, msg: dict[str, Any], codec: Codec | None = None) -> dict[str, Any]:
         codec = codec or self._codec
-        send_frame(self._sock, codec.encode(msg))
-        return protocol.check_reply(codec.decode(recv_frame(self._sock)), msg["type"])
+        send_frame(self._sock, codec.encode(msg), self._max_frame)
+        return protocol.check_reply(codec.decode(recv_frame(self._sock, self._max_frame)), msg["type"])
 
     def hello(self, client_spec: dict[str, Any]) -> dict[str, Any]:
         """Agree on protocol version and codec, exchange specs; returns the server's spec.
 
         A spec mismatch (e.g. action_dim) raises with both values named, from whichever side sees it.
         """
-        preferred = knobs.get("WIRE_CODEC")
+        preferred = self._preferred_codec
         codecs = [preferred] + [name for name in CODECS if name != preferred]
         reply = self._call(protocol.hello(client_spec, codecs, self._token), JsonCodec())
         if reply.get("version") != protocol.PROTOCOL_VERSION:

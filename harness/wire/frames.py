@@ -10,20 +10,16 @@ from __future__ import annotations
 import socket
 import struct
 
-from harness import knobs
 from harness.wire.errors import PeerClosed, WireError
 
 _HEADER = struct.Struct(">I")
+DEFAULT_MAX_FRAME = 64 << 20  # the WIRE_MAX_FRAME knob's default; each side passes its own limit
 
 
-def max_frame() -> int:
-    """The frame size limit in bytes (knob WIRE_MAX_FRAME)."""
-    return knobs.get_int("WIRE_MAX_FRAME")
-
-
-def send_frame(sock: socket.socket, body: bytes | bytearray | memoryview, limit: int | None = None) -> None:
+def send_frame(
+    sock: socket.socket, body: bytes | bytearray | memoryview, limit: int = DEFAULT_MAX_FRAME
+) -> None:
     """Send one frame; refuses a body over the limit so the peer never has to."""
-    limit = max_frame() if limit is None else limit
     size = len(body)
     if size > limit:
         raise WireError(f"frame of {size} bytes exceeds the limit of {limit} bytes (WIRE_MAX_FRAME)")
@@ -41,14 +37,13 @@ def send_frame(sock: socket.socket, body: bytes | bytearray | memoryview, limit:
 
 
 def recv_frame(
-    sock: socket.socket, limit: int | None = None, body_timeout_s: float | None = None
+    sock: socket.socket, limit: int = DEFAULT_MAX_FRAME, body_timeout_s: float | None = None
 ) -> bytearray:
     """Receive one frame body. Raises PeerClosed on EOF, WireError on an oversize length or timeout.
 
     `body_timeout_s` bounds the rest of a frame once its header arrived (a peer that stalls
     mid-frame), independently of how long the socket may sit idle between frames.
     """
-    limit = max_frame() if limit is None else limit
     (size,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size, at_boundary=True))
     if size > limit:
         raise WireError(f"frame of {size} bytes exceeds the limit of {limit} bytes (WIRE_MAX_FRAME)")

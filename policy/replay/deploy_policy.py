@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from harness import knobs
+from harness.config import knobs
 
 
 class ReplayModel:

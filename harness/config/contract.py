@@ -1,0 +1,155 @@
+"""The run's contract: what the environment implies for a run, and the worker's check against it.
+
+The contract holds: every contract knob (`harness.config.knobs.contract_knobs()`: policy,
+checkpoint name, benchmark, BENCH_CONFIG, SEEDS_ROOT, cameras, smoothing, rendering, SIM_PIN, ...),
+the checkpoint's content fingerprint (`harness.config.fingerprint`), the queue's units, the seed
+bank's hash, and a content hash of the packages that decide what an episode does (CODE_PATHS).
+Content hashes, not paths or mtimes, so node-local copies verify. `verify_environment` returns the
+contract hash (exported as EVAL_CONTRACT into every record) or raises `ContractMismatch` naming each
+differing knob or input with both values.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.metadata
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.config.fingerprint import METHOD, fingerprint
+from harness.config.knobs import KNOBS, contract_knobs, get_int
+from harness.config.manifest import ContractMismatch, ManifestError, bank_entry, contract_hash, load_manifest
+from harness.config.paths import CODE_ROOT, bundle_root, resolve_checkpoint
+from harness.config.rundir import Cell, RunDir, read_queue
+from harness.config.seedbank import SeedBankError, bank_sha256, read_bank, resolve_root
+
+# What decides an episode: the sim side, the wire, the model side, the policies and the two process
+# entry points. The machinery around them (config, queue, worker, node, results, launch) can be
+# fixed mid-run without a new contract.
+CODE_PATHS = (
+    "harness/episode", "harness/model", "harness/wire", "policy",
+    "scripts/eval_policy_client.py", "scripts/policy_model_server.py",
+)  # fmt: skip
+
+
+def _queue_sha256(cells: list[Cell]) -> str:
+    text = "".join(f"{c.scene} {c.task}\n" for c in sorted(cells))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _seeds_section(knobs: Mapping[str, str], cells: list[Cell], bundle: str) -> dict[str, Any] | None:
+    if knobs["USE_EVAL_SEEDS"].strip().lower() in ("0", "false", "no", "off", ""):
+        return None
+    bank = read_bank(resolve_root(knobs["SEEDS_ROOT"], bundle), cells, knobs["BENCH_CONFIG"])
+    return {
+        "sha256": bank_sha256(bank, knobs["BENCH_CONFIG"]),
+        "min_per_unit": min(len(seeds) for seeds in bank.values()),
+    }
+
+
+def build_contract(cells: list[Cell], env: Mapping[str, str]) -> dict[str, Any]:
+    """The contract section the environment `env` implies for a run over `cells`."""
+    knobs = contract_knobs(env)
+    bundle = str(bundle_root(env))
+    ckpt = resolve_checkpoint(knobs["CKPT_NAME"], env)
+    code = fingerprint([CODE_ROOT / p for p in CODE_PATHS if (CODE_ROOT / p).exists()], CODE_ROOT)
+    return {
+        "knobs": knobs,
+        "checkpoint": None if ckpt is None else {"method": METHOD, **fingerprint([ckpt]).as_dict()},
+        "queue": {"units": len(cells), "sha256": _queue_sha256(cells)},
+        "seeds": _seeds_section(knobs, cells, bundle),
+        "code": {"paths": list(CODE_PATHS), "sha256": code.sha256},
+    }
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            flat.update(_flatten(item, f"{prefix}.{key}" if prefix else key))
+        return flat
+    return {prefix: value}
+
+
+def diff_contracts(expected: dict[str, Any], actual: dict[str, Any], actual_label: str) -> list[str]:
+    """One line per differing leaf, naming it and both values."""
+    want, have = _flatten(expected), _flatten(actual)
+    lines = []
+    for key in sorted(set(want) | set(have)):
+        a, b = want.get(key), have.get(key)
+        if a != b:
+            name = f"knob {key.removeprefix('knobs.')}" if key.startswith("knobs.") else key
+            hint = (
+                f" (the code under {', '.join(CODE_PATHS)} changed since the run was created)"
+                if key == "code.sha256"
+                else ""
+            )
+            lines.append(f"{name}: run.yaml has {a!r}, {actual_label} has {b!r}{hint}")
+    return lines
+
+
+def eval_test_num(env: Mapping[str, str]) -> int:
+    try:
+        return get_int("EVAL_TEST_NUM", env, minimum=1)
+    except ValueError as exc:
+        raise ManifestError(str(exc)) from None
+
+
+def check_bank_size(n: int, seeds: dict[str, Any] | None, seeds_root: str) -> None:
+    if seeds is not None and n > seeds["min_per_unit"]:
+        raise ManifestError(
+            f"EVAL_TEST_NUM={n} exceeds the seed bank {seeds_root}: "
+            f"some unit has only {seeds['min_per_unit']} seeds"
+        )
+
+
+def _sim_pin_problems(sim_pin: str) -> list[str]:
+    """Each `name==version` of SIM_PIN must be what this Python has installed."""
+    problems = []
+    for spec in sim_pin.split():
+        if "==" not in spec:
+            continue
+        name, want = spec.split("==", 1)
+        try:
+            have = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            have = "not installed"
+        if have != want:
+            problems.append(f"SIM_PIN {spec}: this environment has {name} {have}")
+    return problems
+
+
+def verify_environment(run_dir: Path | str, env: Mapping[str, str] = os.environ) -> str:
+    run = RunDir(Path(run_dir))
+    manifest = load_manifest(run.root)
+    cells = read_queue(run.queue)
+    seeds_root = env.get("SEEDS_ROOT", KNOBS["SEEDS_ROOT"].default)
+    expected = manifest.contract
+    entry = bank_entry(manifest, seeds_root)
+    if entry is not None and seeds_root != manifest.knobs["SEEDS_ROOT"]:
+        expected = copy.deepcopy(manifest.contract)
+        expected["knobs"]["SEEDS_ROOT"] = seeds_root
+        expected["seeds"] = entry[0]
+    try:
+        actual = build_contract(cells, env)
+    except (SeedBankError, ManifestError, FileNotFoundError) as exc:
+        raise ContractMismatch(f"cannot verify the environment against {run.manifest}:", [str(exc)]) from None
+    differences = diff_contracts(expected, actual, "the environment")
+    n = eval_test_num(env)
+    limit = entry[1] if entry is not None else manifest.eval_test_num
+    if n > limit:
+        differences.append(
+            f"EVAL_TEST_NUM: run.yaml allows {limit} for SEEDS_ROOT={seeds_root!r}, the environment has {n}; "
+            "raise it with a fill-in (orchestrators/fillin.sh)"
+        )
+    differences += _sim_pin_problems(actual["knobs"]["SIM_PIN"])
+    if differences:
+        raise ContractMismatch(
+            f"the environment does not match the run's contract ({run.manifest}):", differences
+        )
+    return contract_hash(manifest)
+
+

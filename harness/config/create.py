@@ -1,0 +1,111 @@
+"""Creating a run: copy the queue file to `queue.txt`, clear the leases and write `run.yaml`.
+
+Re-creating an existing run with the same contract returns its manifest untouched; with a different
+contract, or a higher EVAL_TEST_NUM (that is a fill-in), it raises `ContractMismatch`. Whether a
+policy and benchmark can run at all is checked above this stage (`harness.launch.newrun`), where
+the benchmark and policy loaders may be imported.
+"""
+
+from __future__ import annotations
+
+import getpass
+import importlib.metadata
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.config.contract import build_contract, check_bank_size, diff_contracts, eval_test_num
+from harness.config.manifest import ContractMismatch, Manifest, load_manifest, now_iso, write_manifest
+from harness.config.paths import CODE_ROOT, bundle_root, resolve_checkpoint
+from harness.config.rundir import QueueFileError, RunDir, read_queue
+from harness.config.seedbank import resolve_root
+
+SIMULATOR_DISTS = ("sapien", "mani_skill")
+
+
+def _git_version() -> dict[str, str]:
+    def git(*args: str) -> str:
+        result = subprocess.run(
+            ["git", "-C", str(CODE_ROOT), *args], capture_output=True, text=True, timeout=20, check=False
+        )
+        return result.stdout.strip() if result.returncode == 0 else ""
+
+    commit = git("rev-parse", "HEAD")
+    return {"git_commit": commit, "git_describe": git("describe", "--always", "--dirty")} if commit else {}
+
+
+def _simulator_versions() -> dict[str, str]:
+    versions = {}
+    for dist in SIMULATOR_DISTS:
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = "not installed"
+    return versions
+
+
+def create_run(run_dir: Path | str, queue_file: Path | str, env: Mapping[str, str] = os.environ) -> Manifest:
+    run = RunDir(Path(run_dir))
+    cells = read_queue(Path(queue_file))
+    if not cells:
+        raise QueueFileError(f"queue file {queue_file} lists no units")
+    contract = build_contract(cells, env)
+    n = eval_test_num(env)
+    check_bank_size(n, contract["seeds"], contract["knobs"]["SEEDS_ROOT"])
+    if run.manifest.exists():
+        return _same_run(run, contract, n)
+    run.root.mkdir(parents=True, exist_ok=True)
+    if Path(queue_file).resolve() != run.queue.resolve():
+        tmp = run.queue.with_name(f".queue.txt.{os.getpid()}")
+        shutil.copyfile(queue_file, tmp)
+        os.replace(tmp, run.queue)
+    shutil.rmtree(run.leases, ignore_errors=True)
+    run.results.mkdir(exist_ok=True)
+    run.logs.mkdir(exist_ok=True)
+    manifest = Manifest(
+        run=run.name,
+        contract=contract,
+        eval_test_num=n,
+        history=[{"at": now_iso(), "kind": "create", "eval_test_num": n}],
+        info={
+            "created_at": now_iso(),
+            "host": socket.gethostname(),
+            "user": getpass.getuser(),
+            "queue_source": str(Path(queue_file).resolve()),
+            "seeds_dir": str(resolve_root(contract["knobs"]["SEEDS_ROOT"], str(bundle_root(env)))),
+            "checkpoint_path": str(resolve_checkpoint(contract["knobs"]["CKPT_NAME"], env) or ""),
+            "simulator": _simulator_versions(),
+            **_git_version(),
+        },
+    )
+    try:
+        write_manifest(run.manifest, manifest, exclusive=True)
+    except FileExistsError:  # another launcher created it meanwhile
+        return _same_run(run, contract, n)
+    return manifest
+
+
+def _same_run(run: RunDir, contract: dict[str, Any], n: int) -> Manifest:
+    existing = load_manifest(run.root)
+    differences = diff_contracts(existing.contract, contract, "this launch")
+    if differences:
+        raise ContractMismatch(
+            f"run {run.root} already exists with a different contract; refusing to mix evals "
+            "(use a new run name, or launch with the run's settings):",
+            differences,
+        )
+    if n > existing.eval_test_num:
+        raise ContractMismatch(
+            f"run {run.root} already exists:",
+            [
+                f"EVAL_TEST_NUM: run.yaml has {existing.eval_test_num}, this launch has {n}; "
+                "raising it is a fill-in (orchestrators/fillin.sh or scripts/new_run.py --fill-in)"
+            ],
+        )
+    return existing
+
+

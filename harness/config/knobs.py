@@ -1,0 +1,163 @@
+"""Every eval knob, with its one default, in one place.
+
+Python reads knobs through `get*`; shell scripts export them with
+`eval "$("$SIM_PY" -m harness.config.knobs --shell)"`, which prints `VAR="${VAR:-default}"` lines from this
+table, so a default is never written twice. `--markdown` prints the README's knob table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from harness.wire.frames import DEFAULT_MAX_FRAME
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    default: str
+    doc: str
+    contract: bool = True  # part of the run's contract (run.yaml); False for operational knobs
+
+
+KNOBS: dict[str, Knob] = {
+    k.name: k
+    for k in [
+        # what is evaluated
+        Knob("STUDY_RUN", "", "run dir name under $RUNS_ROOT (shared lease queue + results)", False),
+        Knob("POLICY", "hold", "policy wrapper under policy/<name>/"),
+        Knob("CKPT_NAME", "", "checkpoint: a path, or a dir name under $BUNDLE/checkpoints"),
+        Knob("POLICY_ARGS", "", "extra `key=value` overrides of deploy_policy.yml, space separated"),
+        Knob("BENCHMARK", "maniskill", "benchmark adapter: `maniskill` or `module:Class`"),
+        Knob("BENCH_CONFIG", "clean", "task config level: clean, clutter3, ..."),
+        Knob("SEEDS_ROOT", "seeds/maniskill", "seed bank root (relative to $BUNDLE unless absolute)"),
+        Knob("USE_EVAL_SEEDS", "1", "1: read <SEEDS_ROOT>/<task>/<task_config>.txt; 0: seeds 0..N-1"),
+        Knob("EVAL_TEST_NUM", "10", "seeds per (scene, task) cell: the first N of the bank", False),
+        # observation and action handling
+        Knob("PRIMARY_CAM", "base_camera", "camera sent first to the policy"),
+        Knob("VIDEO_CAM", "base_camera", "camera recorded into the episode video"),
+        Knob("IMAGE_SIZE", "224", "camera image height and width in pixels"),
+        Knob("EXEC_ACTIONS", "0", "actions executed per chunk: 0 = whole chunk, k = k then re-query"),
+        Knob("ACTION_SMOOTH", "0", "cross-chunk EMA weight alpha (reference models used 0.7)"),
+        Knob("SMOOTH_ROT", "1", "1: smooth xyz + rot6d; 0: xyz only (the gripper never)"),
+        Knob("FAKE_PROPRIO", "0", "1: proprio = last commanded action instead of the robot state"),
+        # rendering
+        Knob("RENDER_SHADER", "default", "SAPIEN shader pack (default, rt, rt-fast, minimal)"),
+        Knob("RT_SPP", "1", "ray-tracing samples per pixel (only for rt shaders)"),
+        Knob("DENOISER", "none", "ray-tracing denoiser: none, oidn, optix"),
+        Knob("RECORD_VIDEO", "1", "1: write videos/seed<N>.mp4 per episode"),
+        Knob(
+            "SIM_PIN",
+            "",
+            "simulator pin `pkg==ver [companion ...]` from $WHEELHOUSE, e.g. `sapien==3.0.2 setuptools<81`",
+        ),
+        # queue and worker
+        Knob("QUEUE_MODE", "lease", "lease: work-stealing lease queue", False),
+        # UNIT_SEEDS changes no result, but every worker of a run must cut the same unit keys
+        Knob("UNIT_SEEDS", "0", "seeds per unit: 0 = whole (scene, task) cell, k = slices of k"),
+        Knob("EVAL_RESUME_SEEDS", "1", "1: run only seeds not yet recorded", False),
+        Knob("LEASE_TTL", "60", "seconds without heartbeat before a lease is reclaimed", False),
+        Knob("HEARTBEAT_S", "5", "seconds between lease heartbeats", False),
+        Knob("LEASE_SKEW_S", "5", "tolerance added to LEASE_TTL for clock skew between nodes", False),
+        Knob("CRASH_LIMIT", "3", "errored attempts of a unit before it is quarantined", False),
+        Knob("STALL_TIMEOUT", "300", "seconds a sim client may make no progress before it is killed", False),
+        Knob("PER_TASK_TIMEOUT", "7200", "seconds one unit may take before it is killed", False),
+        Knob("MODEL_START_TIMEOUT", "900", "seconds a worker waits for its model server to be ready", False),
+        Knob("WORKERS_PER_GPU", "1", "workers per GPU slot", False),
+        Knob("CPU_WORKERS", "1", "workers on a node without GPUs", False),
+        # wire
+        Knob("WIRE_CODEC", "msgpack", "msgpack (fast) or json (reference-compatible)", False),
+        Knob("WIRE_MAX_FRAME", str(DEFAULT_MAX_FRAME), "largest accepted frame in bytes", False),
+        Knob("MODEL_SERVER_BIND", "127.0.0.1", "model server listen address", False),
+        Knob("MODEL_SERVER_HOST", "", "model server address for clients (cross-node)", False),
+        Knob("SIM_AS_SERVER", "0", "1: the sim side listens and the model side connects", False),
+        # node
+        Knob("NODE_CACHE", "/tmp/eval_node_cache", "node-local cache for staged envs/checkpoints", False),
+        Knob("CACHE_KEEP", "", "checkpoints to keep in the node cache, space separated", False),
+        Knob("CACHE_MAX_GB", "40", "node cache size bound in GB", False),
+        # results
+        Knob("RESULTS_VIDEOS", "link", "organize_results video tree: link (relative), copy, none", False),
+        Knob(
+            "STAGE_ENVS",
+            "sim model",
+            "venvs copied into NODE_CACHE (`none`: in place; the local pool defaults to none)",
+            False,
+        ),
+        Knob("STAGE_BACKBONES", "", "HF hub dirs under $HF_HOME/hub staged with the checkpoint", False),
+        Knob(
+            "WHEELHOUSE", "envs/wheelhouse", "SIM_PIN wheels (relative to $EVAL_ROOT unless absolute)", False
+        ),
+        Knob("NODE_NAME", "", "node name in worker ids and logs (empty: Slurm node name or hostname)", False),
+        # orchestrators
+        Knob("LAUNCHER", "local", "how orchestrators start pools: local (node scripts here) or srun", False),
+        Knob("POOL_NODES", "2", "nodes in an orchestrator's pool (sweep, fill-in, multi-model pool)", False),
+        Knob("SRUN_ARGS", "", "extra srun arguments, e.g. `--partition=gpu --gres=gpu:1`", False),
+    ]
+}
+
+
+def get(name: str, env: Mapping[str, str] | None = None) -> str:
+    """The knob's value: the environment's (`env`, else os.environ), else its default."""
+    return (os.environ if env is None else env).get(name, KNOBS[name].default)
+
+
+def get_int(name: str, env: Mapping[str, str] | None = None, minimum: int | None = None) -> int:
+    value = int(_parse(name, int, env))
+    if minimum is not None and value < minimum:
+        raise ValueError(f"knob {name}={value!r}: expected an integer >= {minimum}")
+    return value
+
+
+def get_float(name: str) -> float:
+    return float(_parse(name, float))
+
+
+def get_bool(name: str) -> bool:
+    value = get(name).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"knob {name}={value!r}: expected 0 or 1")
+
+
+def _parse(name: str, kind: type, env: Mapping[str, str] | None = None) -> float:
+    value = get(name, env)
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(f"knob {name}={value!r}: expected {kind.__name__}") from None
+
+
+def contract_knobs(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The values of the knobs that define what an eval measures, in `env` (default: os.environ)."""
+    source = os.environ if env is None else env
+    return {name: source.get(name, knob.default) for name, knob in KNOBS.items() if knob.contract}
+
+
+def shell_exports() -> str:
+    return "\n".join(f'export {k.name}="${{{k.name}:-{k.default}}}"' for k in KNOBS.values())
+
+
+def markdown_table() -> str:
+    rows = ["| knob | default | contract | meaning |", "| --- | --- | --- | --- |"]
+    for k in KNOBS.values():
+        default = f"`{k.default}`" if k.default else "(empty)"
+        rows.append(f"| `{k.name}` | {default} | {'yes' if k.contract else ''} | {k.doc} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--shell", action="store_true", help="print export lines for a shell to eval")
+    group.add_argument("--markdown", action="store_true", help="print the knob table")
+    args = parser.parse_args()
+    print(shell_exports() if args.shell else markdown_table())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""The run directory layout (`$RUNS_ROOT/<RUN>/`) and the queue file format.
+
+Every path the parts share is named here once, so the worker, the results tools and the
+orchestrators agree on it. See DESIGN.md, "Run directory".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.queue.units import safe_key
+
+
+class QueueFileError(ValueError):
+    """A queue file that cannot be read; the message names the file and line."""
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    """One (scene, task) line of a queue file."""
+
+    scene: str
+    task: str
+
+
+def task_config_name(scene: str, bench_config: str) -> str:
+    """The task_config of a cell at a config level, as seed banks and result dirs name it."""
+    return f"{scene}_{bench_config}"
+
+
+def read_queue(path: Path) -> list[Cell]:
+    """Parse a queue file: one `<scene> <task>` a line; blank lines and `#` comments ignored."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise QueueFileError(f"queue file {path} does not exist") from None
+    cells: list[Cell] = []
+    seen: set[Cell] = set()
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        fields = line.split()
+        if len(fields) != 2:
+            raise QueueFileError(
+                f"{path}:{number}: expected '<scene> <task>', got {raw.strip()!r} ({len(fields)} fields)"
+            )
+        cell = Cell(*fields)
+        if cell in seen:
+            raise QueueFileError(f"{path}:{number}: duplicate unit {raw.strip()!r}")
+        seen.add(cell)
+        cells.append(cell)
+    return cells
+
+
+@dataclass(frozen=True)
+class RunDir:
+    root: Path
+
+    @property
+    def name(self) -> str:
+        return self.root.name
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "run.yaml"
+
+    @property
+    def queue(self) -> Path:
+        return self.root / "queue.txt"
+
+    @property
+    def leases(self) -> Path:
+        return self.root / "queue.txt.leases"
+
+    @property
+    def results(self) -> Path:
+        return self.root / "eval_result"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def result_dir(self, task: str, policy: str, task_config: str, ckpt: str) -> Path:
+        """Where the episode records and videos of one (task, task_config) of one model live."""
+        return self.results / task / policy / task_config / (ckpt or "default")
+
+    def metrics_file(self, task: str, policy: str, task_config: str, ckpt: str, writer: str) -> Path:
+        """The metrics file of one writer: no two processes ever append to the same file."""
+        return self.result_dir(task, policy, task_config, ckpt) / f"_metrics.{safe_key(writer)}.jsonl"

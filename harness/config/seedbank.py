@@ -1,0 +1,55 @@
+"""Seed banks: `<SEEDS_ROOT>/<task>/<task_config>.txt`, space-separated pre-validated episode seeds.
+
+One place that says where a unit's bank file is, how it is parsed and which seeds a unit plans to
+run, so the manifest, the orchestrators and the sim side agree on them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from harness.config.rundir import Cell, task_config_name
+
+
+class SeedBankError(ValueError):
+    """A seed bank file that is missing or malformed; the message names the file."""
+
+
+def resolve_root(seeds_root: str, bundle: str) -> Path:
+    """SEEDS_ROOT is relative to $BUNDLE unless absolute."""
+    root = Path(seeds_root)
+    return root if root.is_absolute() else Path(bundle) / root
+
+
+def bank_file(root: Path, cell: Cell, bench_config: str) -> Path:
+    return root / cell.task / f"{task_config_name(cell.scene, bench_config)}.txt"
+
+
+def read_bank_file(path: Path) -> list[int]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SeedBankError(f"seed bank file {path} does not exist") from None
+    try:
+        seeds = [int(field) for field in text.split()]
+    except ValueError as exc:
+        raise SeedBankError(f"seed bank file {path}: not space-separated integers ({exc})") from None
+    if len(set(seeds)) != len(seeds):
+        raise SeedBankError(f"seed bank file {path}: repeats a seed")
+    return seeds
+
+
+def read_bank(root: Path, cells: Iterable[Cell], bench_config: str) -> dict[Cell, list[int]]:
+    """Every unit's seeds in bank order."""
+    return {cell: read_bank_file(bank_file(root, cell, bench_config)) for cell in cells}
+
+
+def bank_sha256(bank: Mapping[Cell, list[int]], bench_config: str) -> str:
+    """Hash of the bank's contents (not its location), in a whitespace-independent form."""
+    digest = hashlib.sha256()
+    for cell in sorted(bank):
+        name = f"{cell.task}/{task_config_name(cell.scene, bench_config)}"
+        digest.update(f"{name}:{' '.join(map(str, bank[cell]))}\n".encode())
+    return digest.hexdigest()

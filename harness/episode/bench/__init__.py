@@ -1,0 +1,66 @@
+"""The benchmark interface (sim side) and `load_benchmark`.
+
+A benchmark adapter turns `(task, bench_config, seed)` into an `Episode` the sim client drives one ee6d
+action at a time; `expert` solves an episode so seed banks can be pre-validated. The embedded default is
+ManiSkill3 (`harness.episode.bench.maniskill`); any class with this shape plugs in by `module.path:ClassName`
+(BENCHMARK knob), which is how tests swap in fast doubles. Contract: docs/contracts.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class Episode(Protocol):
+    instruction: str
+    step_limit: int
+    action_dim: int
+    spec: dict[str, Any]  # client spec sent in the wire hello
+
+    def observe(self) -> dict[str, Any]: ...
+    def apply(self, action: np.ndarray) -> None: ...
+    def success(self) -> bool: ...
+    def collided(self) -> bool: ...
+    def video_frame(self) -> np.ndarray: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ExpertResult:
+    """An expert attempt: `actions` is its ee6d trace [T, action_dim] (float32), empty when it failed."""
+
+    solved: bool
+    reason: str  # "ok", or why the seed is rejected
+    actions: np.ndarray
+    steps: int
+
+
+class Benchmark(Protocol):
+    version: str  # simulator version recorded in every record
+
+    def tasks(self) -> list[str]: ...
+    def check(self, task: str, bench_config: str) -> None:
+        """Raise ValueError naming `task` or `bench_config` if this benchmark cannot build them."""
+
+    def make_episode(self, task: str, bench_config: str, seed: int, *, render: bool = True) -> Episode: ...
+    def expert(self, task: str, bench_config: str, seed: int) -> ExpertResult: ...
+
+
+def load_benchmark(spec: str) -> Benchmark:
+    """`maniskill` (the embedded default) or `module.path:ClassName`; a bad spec is a clear error."""
+    if spec == "maniskill":
+        from harness.episode.bench.maniskill import ManiSkillBenchmark
+
+        return ManiSkillBenchmark()
+    module_name, sep, class_name = spec.partition(":")
+    if not sep or not module_name or not class_name:
+        raise ValueError(f"BENCHMARK={spec!r}: expected 'maniskill' or 'module.path:ClassName'")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"BENCHMARK={spec!r}: cannot load it: {exc}") from None
+    return cls()

@@ -1,0 +1,192 @@
+"""The sim client's episode loop: one unit (scene, task, seeds) against one model server.
+
+Per seed: build a fresh episode, reset the policy, then query → execute the chunk (EXEC_ACTIONS,
+ACTION_SMOOTH/SMOOTH_ROT, FAKE_PROPRIO via harness.episode.actions.ChunkRunner) → repeat, until the task's
+success predicate holds after an executed action (any step: the episode stops there) or the task's
+step limit is reached. One record per seed goes to this writer's own metrics file. An exception in
+the simulator, or an error the policy server answers with, becomes an `error` record for that seed
+(not a trial) and the next seed runs; only a lost connection to the server stops the unit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from harness.config import knobs
+from harness.config.rundir import RunDir, task_config_name
+from harness.episode.actions import ChunkRunner
+from harness.episode.bench import Benchmark, Episode
+from harness.episode.records import append_record
+from harness.episode.video import VideoWriter
+from harness.wire.client import PolicyClient
+from harness.wire.errors import PeerClosed, WireError
+
+ERROR_TEXT_MAX = 300
+
+
+@dataclass
+class Unit:
+    run_dir: Path
+    scene: str
+    task: str
+    seeds: list[int]
+    writer_id: str
+    progress_file: Path | None = None
+
+
+@dataclass
+class Timing:
+    sim_s: float = 0.0  # building the episode, observing, stepping
+    model_s: float = 0.0  # infer round trips (policy compute + wire)
+
+
+class SimClient:
+    """Runs a unit's seeds; `client` is a connected PolicyClient (hello not yet sent)."""
+
+    def __init__(self, bench: Benchmark, client: PolicyClient, unit: Unit) -> None:
+        self.bench, self.client, self.unit = bench, client, unit
+        self.bench_config = knobs.get("BENCH_CONFIG")
+        self.task_config = task_config_name(unit.scene, self.bench_config)
+        self.record_video = knobs.get_bool("RECORD_VIDEO")
+        self.server_spec: dict[str, Any] | None = None
+
+    def run(self, report: Any = print) -> list[dict[str, Any]]:
+        records = []
+        for seed in self.unit.seeds:
+            record = self.run_seed(seed)
+            records.append(record)
+            verdict = record["error"] or ("success" if record["success"] else "fail")
+            took = f"{record['steps']} steps, {record['wall_s']:.1f} s"
+            report(f"{self.unit.task} {self.task_config} seed {seed}: {verdict} ({took})")
+        return records
+
+    def run_seed(self, seed: int) -> dict[str, Any]:
+        started = time.monotonic()
+        timing = Timing()
+        steps, success, collided, collision, error = 0, False, False, None, None
+        self._progress(seed, 0)
+        episode: Episode | None = None
+        try:
+            episode = self.bench.make_episode(self.unit.task, self.bench_config, seed)
+        except Exception as exc:  # the simulator could not build this seed: record it, move on
+            error = _error_text(exc)
+        timing.sim_s += time.monotonic() - started
+        if self.server_spec is None:  # first episode: agree with the server (a mismatch ends the unit)
+            fallback = {"benchmark": knobs.get("BENCHMARK"), "task": self.unit.task}
+            self.server_spec = self.client.hello(dict(episode.spec) if episode is not None else fallback)
+        video = VideoWriter(self._video_path(seed)) if self.record_video and episode is not None else None
+        if episode is not None:
+            try:
+                steps, success = self._episode(episode, seed, timing, video)
+                collided = episode.collided()
+                collision = getattr(episode, "collision_detail", lambda: None)()
+            except (PeerClosed, ConnectionError, TimeoutError):
+                if video is not None:
+                    video.abandon()
+                raise  # the server is gone: no later seed can run either
+            except WireError as exc:  # the server answered with an error, or an unusable reply
+                error = f"policy: {exc}"[:ERROR_TEXT_MAX]
+            except Exception as exc:  # the simulator (or adapter) failed mid-episode: record, move on
+                error = _error_text(exc)
+            finally:
+                _close_quietly(episode)
+        path = video.finish() if video is not None else None
+        video_rel = str(path.relative_to(self._result_dir())) if path is not None else None
+        record = self._record(
+            seed, success and error is None, collided, error, steps, timing, started, video_rel
+        )
+        record["collision"] = collision
+        append_record(self._metrics_file(), record)
+        return record
+
+    def _episode(
+        self, episode: Episode, seed: int, timing: Timing, video: VideoWriter | None
+    ) -> tuple[int, bool]:
+        runner = ChunkRunner.from_knobs(episode.action_dim)
+        self.client.reset(self.unit.task, self.task_config, episode.instruction, seed)
+        if video is not None:
+            video.add(episode.video_frame())
+        steps = 0
+        while steps < episode.step_limit:
+            t = time.monotonic()
+            obs = episode.observe()
+            obs["proprio"] = runner.proprio(obs["proprio"])
+            obs["instruction"] = episode.instruction
+            timing.sim_s += time.monotonic() - t
+            t = time.monotonic()
+            chunk = self.client.infer(obs, steps)
+            timing.model_s += time.monotonic() - t
+            for action in runner.plan(chunk):
+                t = time.monotonic()
+                episode.apply(action)
+                steps += 1
+                done = episode.success()
+                timing.sim_s += time.monotonic() - t
+                if video is not None:
+                    video.add(episode.video_frame())
+                self._progress(seed, steps)
+                if done:
+                    return steps, True
+                if steps >= episode.step_limit:
+                    break
+        return steps, False
+
+    def _record(
+        self, seed: int, success: bool, collided: bool, error: str | None, steps: int,
+        timing: Timing, started: float, video: str | None,
+    ) -> dict[str, Any]:  # fmt: skip
+        spec = self.server_spec or {}
+        return {
+            "task": self.unit.task, "scene": self.unit.scene, "task_config": self.task_config,
+            "seed": int(seed), "success": bool(success), "hard_success": bool(success and not collided),
+            "error": error, "steps": steps, "wall_s": round(time.monotonic() - started, 3),
+            "sim_s": round(timing.sim_s, 3), "model_s": round(timing.model_s, 3),
+            "policy": spec.get("policy", ""), "ckpt": spec.get("ckpt", ""),
+            "host": socket.gethostname(), "worker": self.unit.writer_id, "sim_version": self.bench.version,
+            "contract": os.environ.get("EVAL_CONTRACT"), "video": video,
+            "finished_at": datetime.now(UTC).isoformat(timespec="microseconds"),
+        }  # fmt: skip
+
+    def _result_dir(self) -> Path:
+        spec = self.server_spec or {}
+        return RunDir(self.unit.run_dir).result_dir(
+            self.unit.task, spec.get("policy", ""), self.task_config, spec.get("ckpt", "")
+        )
+
+    def _video_path(self, seed: int) -> Path:
+        return self._result_dir() / "videos" / f"seed{seed}.mp4"
+
+    def _metrics_file(self) -> Path:
+        spec = self.server_spec or {}
+        return RunDir(self.unit.run_dir).metrics_file(
+            self.unit.task,
+            spec.get("policy", ""),
+            self.task_config,
+            spec.get("ckpt", ""),
+            self.unit.writer_id,
+        )
+
+    def _progress(self, seed: int, step: int) -> None:
+        path = self.unit.progress_file
+        if path is None:
+            return
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({"seed": int(seed), "step": int(step)}))
+        tmp.replace(path)
+
+
+def _error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_MAX]
+
+
+def _close_quietly(episode: Episode) -> None:
+    with contextlib.suppress(Exception):  # closing a broken simulator must not hide the episode's error
+        episode.close()

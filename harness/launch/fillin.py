@@ -1,0 +1,50 @@
+"""Fill in a run: raise EVAL_TEST_NUM, or add a disjoint seed bank, and run only the missing seeds.
+
+  orchestrators/fillin.sh RUN --test-num 10               first 10 seeds of the run's bank per unit
+  orchestrators/fillin.sh RUN --seeds-root seeds/bank2    every seed of a disjoint bank (or --test-num)
+
+The fill-in is recorded in RUN's run.yaml (history), under the same contract hash; the pool runs with
+the run's frozen knobs, so the caller need not repeat them (a contract knob set differently in the
+caller's environment is refused). Seeds with a record are never run again: re-running the same
+command resumes, and it also completes any earlier bank of the run still missing episodes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from harness.config.fillin import record_fillin
+from harness.config.manifest import load_manifest
+from harness.config.paths import run_dir
+from harness.config.rundir import RunDir
+from harness.launch import cli
+from harness.launch.drive import Settings, check_caller_env, complete_run
+from harness.launch.progress import results_table
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = cli.parser(__doc__)
+    p.add_argument("run", help="run name under $RUNS_ROOT, or a path")
+    p.add_argument(
+        "--test-num", type=int, help="the new EVAL_TEST_NUM (of the run's bank, or of --seeds-root)"
+    )
+    p.add_argument("--seeds-root", help="a seed bank disjoint from the run's banks (SEEDS_ROOT form)")
+    args = p.parse_args(argv)
+    if args.test_num is None and args.seeds_root is None:
+        p.error("give --test-num N, --seeds-root BANK, or both")
+
+    def body() -> int:
+        settings = Settings.from_env(os.environ, args.nodes, args.progress_every)
+        run = RunDir(run_dir(args.run))
+        check_caller_env(load_manifest(run.root), os.environ, run)
+        manifest = record_fillin(run.root, eval_test_num=args.test_num, seeds_root=args.seeds_root)
+        final = complete_run(run, manifest, settings, "fillin", cli.say)
+        cli.say("\n" + results_table([(args.run, run, manifest)], "run"))
+        return 0 if final.complete else 1
+
+    return cli.main_wrapper(body, "fillin")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Creating a run from the launch side: refuse up front what no worker could run, then create it.
+
+Apart from `harness.config.create` because the check loads the benchmark adapter and locates the
+policy wrapper, which the config stage must not import.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from harness.config.create import create_run
+from harness.config.knobs import contract_knobs
+from harness.config.manifest import Manifest, ManifestError
+from harness.config.rundir import read_queue
+from harness.episode.bench import load_benchmark
+from harness.model.policyload import PolicyError, policy_dir
+
+
+def check_runnable(queue_file: Path | str, env: Mapping[str, str] = os.environ) -> None:
+    """Refuse a policy, task or config that no worker could ever run (ManifestError names it)."""
+    knobs = contract_knobs(env)
+    try:
+        policy_dir(knobs["POLICY"])
+        bench = load_benchmark(knobs["BENCHMARK"])
+        for cell in read_queue(Path(queue_file)):
+            bench.check(cell.task, knobs["BENCH_CONFIG"])
+    except (PolicyError, ValueError) as exc:
+        raise ManifestError(str(exc)) from None
+
+
+def new_run(run_dir: Path | str, queue_file: Path | str, env: Mapping[str, str] = os.environ) -> Manifest:
+    """`create_run` after `check_runnable`: the one way the launchers create a run."""
+    check_runnable(queue_file, env)
+    return create_run(run_dir, queue_file, env)

@@ -1,0 +1,272 @@
+"""The filesystem lease queue: many workers on many nodes share one run dir and steal units from it.
+
+On-disk layout, all under `<run>/queue.txt.leases/` (unit keys come from `harness.queue.units`):
+
+    <key>/                 the unit's lease; claiming = `mkdir` of this dir (atomic: one winner).
+                           Left empty once the unit is done, so that no later mkdir can claim a
+                           finished unit, whatever a stale listing said.
+      owner.<gen>.<n>      the owner record (JSON: host, boot id, pid, process start time, worker,
+                           SLURM_JOB_ID, claimed_at, generation), written once at the claim. It is
+                           the heartbeat too: every HEARTBEAT_S the owner renames it n -> n+1 and
+                           touches it; its content is never rewritten.
+      reaped.<gen>.<tok>   the owner file, renamed by the reaper that won (for an instant)
+      released.<gen>       the owner file, renamed by its owner releasing the unit (for an instant)
+    <key>.done             the unit is finished: its last owner file, renamed out of the lease dir
+    <key>.crash.<n>        the n-th errored attempt (created exclusively; holds the error). A unit
+                           with CRASH_LIMIT of them is quarantined: reported and never claimed again.
+    .tomb.<key>.<tok>/     a released or reaped lease dir being deleted (transient)
+    .probe.<host>.<pid>    a process's probe of the server clock (transient)
+
+Every decision is the result of an atomic call (mkdir, rename, exclusive create): on NFS a stat or
+exists can be wrong for tens of seconds. A listing only proposes candidates; the mkdir decides.
+`<gen>` is fresh per claim, so no name is ever reused for another owner; `harness.queue.reaper` says how
+staleness is judged and how reclaiming and fencing work. `rm -rf queue.txt.leases` recovers from
+any state: leases, done marks, crash counts and quarantines go, and resume (the records) tells
+again what is left to run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import secrets
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.queue import reaper
+from harness.queue.listing import CRASH, DONE, scan
+from harness.queue.owner import owner_record
+from harness.queue.units import Unit
+
+IDLE_S = 0.25  # first wait when every pending unit is leased; doubles up to HEARTBEAT_S
+MAX_MISSES = 8  # failed mkdirs in a row before the candidate list is re-listed
+
+
+def write_once(path: Path, text: str) -> bool:
+    """Create `path` exclusively with `text`; False if it already exists."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    return True
+
+
+class Lease:
+    """A claimed unit. `lost` is set at the first heartbeat after a reaper took it."""
+
+    def __init__(self, root: Path, unit: Unit, generation: str) -> None:
+        self.root, self.unit, self.generation = root, unit, generation
+        self.path = root / unit.key
+        self.lost = threading.Event()
+        self.finished = False
+        self._n = 0
+        self._lock = threading.Lock()
+
+    def owner_file(self, n: int | None = None) -> Path:
+        return self.path / f"owner.{self.generation}.{self._n if n is None else n}"
+
+    def beat(self) -> bool:
+        """Refresh the heartbeat; False once the lease is lost (the rename finds its name gone)."""
+        with self._lock:
+            if self.lost.is_set() or self.finished:
+                return False
+            try:
+                os.rename(self.owner_file(), self.owner_file(self._n + 1))
+                self._n += 1
+                os.utime(self.owner_file(), None)
+            except OSError as exc:
+                if not reaper.lost_errno(exc):
+                    return True  # a transient error: the next beat retries
+                self.lost.set()
+                return False
+            return True
+
+    def finish(self, done: bool) -> bool:
+        """Give the lease up, marking the unit done or leaving it claimable. The rename of our owner
+        file is the fence: after it no reaper can win, before it a reaper may have. False (and
+        nothing marked) if the lease was lost."""
+        with self._lock:
+            if self.lost.is_set() or self.finished:
+                return False
+            target = (
+                self.root / f"{self.unit.key}{DONE}" if done else self.path / f"released.{self.generation}"
+            )
+            try:
+                os.rename(self.owner_file(), target)
+            except OSError as exc:
+                if reaper.lost_errno(exc):
+                    self.lost.set()
+                    return False
+                raise
+            self.finished = True
+        if not done:
+            tomb = self.root / f"{reaper.TOMB_PREFIX}{self.unit.key}.{secrets.token_hex(6)}"
+            os.rename(self.path, tomb)
+            shutil.rmtree(tomb, ignore_errors=True)
+        return True
+
+
+class Heartbeat:
+    """One thread per worker process beats every lease it holds, so a long episode never looks dead."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.leases: set[Lease] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, lease: Lease) -> None:
+        with self._lock:
+            self.leases.add(lease)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="lease-heartbeat", daemon=True)
+                self._thread.start()
+
+    def discard(self, lease: Lease) -> None:
+        with self._lock:
+            self.leases.discard(lease)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.interval)
+            with self._lock:
+                leases = list(self.leases)
+            for lease in leases:
+                if not lease.beat():
+                    self.discard(lease)
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """How the queue judges and retries: the LEASE_TTL, HEARTBEAT_S, LEASE_SKEW_S and CRASH_LIMIT knobs."""
+
+    ttl_s: float
+    heartbeat_s: float
+    skew_s: float
+    crash_limit: int
+
+
+class LeaseQueue:
+    """One worker's view of the queue: claims in its own random order and remembers what is
+    finished, so a claim costs one mkdir, not a scan of every lease (O(units) traffic on NFS)."""
+
+    def __init__(
+        self,
+        root: Path,
+        units: list[Unit],
+        worker_id: str,
+        settings: QueueSettings,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.root = root
+        self.units = {unit.key: unit for unit in units}
+        self.worker_id = worker_id
+        self.ttl = settings.ttl_s
+        self.crash_limit = settings.crash_limit
+        self.heartbeat = Heartbeat(settings.heartbeat_s)
+        self.judge = reaper.Judge(self.ttl, settings.skew_s)
+        self.clock = reaper.ServerClock(self.root)
+        self.rng = rng or random.Random(f"{worker_id}.{os.getpid()}.{time.time_ns()}")
+        self.finished: set[str] = set()  # done or quarantined: never tried again
+        self.crashes: dict[str, int] = {}
+        self._candidates: list[str] = []
+        self._leased: set[str] = set()
+        self._misses = 0
+        self._last_reap = time.monotonic()
+        self._idle_s = IDLE_S
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def claim(self, stop: threading.Event | None = None) -> Lease | None:
+        """The next unit to work on, or None when every unit is done or quarantined (or `stop`)."""
+        while stop is None or not stop.is_set():
+            if not self._candidates or self._misses > MAX_MISSES:
+                if not self.refresh():
+                    return None
+                if not self._candidates:
+                    if not self.reap_pass():
+                        time.sleep(self._idle_s)
+                        self._idle_s = min(self._idle_s * 2, self.heartbeat.interval)
+                    continue
+            elif time.monotonic() - self._last_reap > self.ttl / 2:
+                self.reap_pass()
+            lease = self._try(self._candidates.pop())
+            if lease is not None:
+                self._idle_s = IDLE_S
+                return lease
+        return None
+
+    def quarantined(self, key: str) -> bool:
+        return self.crashes.get(key, 0) >= self.crash_limit
+
+    def refresh(self) -> bool:
+        """Re-list the queue; False when nothing is left to do."""
+        listing = scan(self.root)
+        reaper.sweep_tombs(self.root, listing.names)
+        self.crashes.update(listing.crashes)
+        self.finished |= listing.done & self.units.keys()
+        self.finished |= {key for key in self.units if self.quarantined(key)}
+        self._leased = listing.leased & self.units.keys()
+        pending = [key for key in self.units if key not in self.finished]
+        self._candidates = [key for key in pending if key not in self._leased]
+        self.rng.shuffle(self._candidates)
+        self._misses = 0
+        return bool(pending)
+
+    def _try(self, key: str) -> Lease | None:
+        path = self.root / key
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            self._misses += 1
+            return None
+        self._misses = 0
+        lease = Lease(self.root, self.units[key], secrets.token_hex(6))
+        write_once(lease.owner_file(), json.dumps(owner_record(self.worker_id, lease.generation)))
+        self.heartbeat.add(lease)
+        return lease
+
+    def reap_pass(self) -> list[str]:
+        """Reclaim every dead lease among those last listed; the keys this worker reclaimed."""
+        self._last_reap = time.monotonic()
+        now = self.clock.now()
+        reaped = []
+        for key in sorted(self._leased):
+            view = reaper.inspect(self.root, key, now)
+            if view is None:
+                self._candidates.append(key)  # released meanwhile: worth a try
+            elif view.done:
+                self.finished.add(key)
+            elif self.judge.reason(view) is not None and reaper.reap(self.root, view):
+                reaped.append(key)
+                self._candidates.append(key)
+        self._leased -= set(self._candidates) | self.finished
+        return reaped
+
+    def mark(self, lease: Lease, done: bool) -> bool:
+        """Release `lease`, as done or not. False if the lease was lost: then nothing is marked."""
+        self.heartbeat.discard(lease)
+        ok = lease.finish(done)
+        if ok and done:
+            self.finished.add(lease.unit.key)
+        return ok
+
+    def release_errored(self, lease: Lease, error: str) -> bool:
+        """Count one errored attempt of the unit and release it; True if that reached CRASH_LIMIT
+        (the unit is quarantined: never claimed again)."""
+        key = lease.unit.key
+        n = self.crashes.get(key, 0) + 1
+        while not write_once(self.root / f"{key}{CRASH}{n}", error):
+            n += 1
+        self.crashes[key] = n
+        self.mark(lease, done=False)
+        if self.quarantined(key):
+            self.finished.add(key)
+        return self.quarantined(key)

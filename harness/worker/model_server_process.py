@@ -1,0 +1,98 @@
+"""The worker's one persistent model server: started once, restarted if it dies.
+
+The policy is loaded once per worker, not once per unit (loading is the slow part). The server
+publishes its address in a ready file in the worker's private temp dir, so several workers on a
+node never collide, and dies with the worker (parent-death signal).
+
+With SIM_AS_SERVER=1 only the sockets' roles swap: each sim client listens and publishes
+`client_ready_file`, and the model side (`--connect`) dials every sim client that publishes it, one
+after another. The model side then reports its loaded policy in `ready_file` (`--info-file`), so the
+worker waits on the same file either way.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.config import knobs
+from harness.wire.errors import WireError
+from harness.wire.readyfile import read_ready
+from harness.worker import children
+
+
+class ModelServerError(RuntimeError):
+    """The model server could not be started; the message says why and where its log is."""
+
+    def __init__(self, message: str, killed: bool = False) -> None:
+        super().__init__(message)
+        self.killed = killed  # a signal ended it while starting (not its own failure)
+
+
+class ModelServerProcess:
+    def __init__(self, ready_file: Path, log: Path, env: dict[str, str]) -> None:
+        self.ready_file, self.log, self.env = ready_file, log, env
+        self.sim_listens = knobs.get_bool("SIM_AS_SERVER")
+        # where sim clients find their peer: the server's address, or (sim-as-server) their own
+        self.client_ready_file = ready_file.with_name("sim-ready.json") if self.sim_listens else ready_file
+        self.proc: subprocess.Popen | None = None
+        self.info: dict[str, Any] = {}
+        self.starts = 0
+
+    def argv(self) -> list[str]:
+        root = Path(self.env.get("EVAL_ROOT", "."))
+        argv = [self.env.get("MODEL_PY", "python"), str(root / "scripts" / "policy_model_server.py")]
+        argv += ["--policy", knobs.get("POLICY")]
+        if self.sim_listens:
+            argv += ["--connect", str(self.client_ready_file), "--info-file", str(self.ready_file)]
+        else:
+            argv += ["--ready-file", str(self.ready_file)]
+        ckpt = self.env.get("CKPT_DIR") or knobs.get("CKPT_NAME")  # the node-local copy, when staged
+        return argv + (["--ckpt", ckpt] if ckpt else [])  # the server reads POLICY_ARGS itself
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def ensure(self, timeout_s: float, attempts: int = 3) -> dict[str, Any]:
+        """The running server's ready info; (re)starts it first if it is not running. A start that
+        a signal killed is retried (up to `attempts` in all); one that failed by itself is not."""
+        attempt = 1
+        while not self.alive():
+            try:
+                return self._start(timeout_s)
+            except ModelServerError as exc:
+                if not exc.killed or attempt >= attempts:
+                    raise
+                attempt += 1
+        return self.info
+
+    def _start(self, timeout_s: float) -> dict[str, Any]:
+        if self.proc is not None:
+            children.stop(self.proc, grace_s=0)
+        self.ready_file.unlink(missing_ok=True)
+        self.starts += 1
+        self.proc = children.spawn(self.argv(), self.log, self.env, death_signal=signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while not self.ready_file.exists():
+            if self.proc.poll() is not None:
+                message = f"model server exited with {self.proc.returncode}: see {self.log}"
+                raise ModelServerError(message, killed=self.proc.returncode < 0)
+            if time.monotonic() > deadline:
+                children.stop(self.proc)
+                raise ModelServerError(f"model server not ready within {timeout_s:g} s: see {self.log}")
+            time.sleep(0.1)
+        try:
+            path = self.ready_file
+            self.info = json.loads(path.read_text()) if self.sim_listens else read_ready(path)
+        except (OSError, ValueError, WireError) as exc:
+            raise ModelServerError(f"model server ready file {self.ready_file}: {exc}") from None
+        return self.info
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            children.stop(self.proc)
+        self.ready_file.unlink(missing_ok=True)

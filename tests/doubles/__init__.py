@@ -1,1 +1,0 @@
-"""Test doubles for coordination tests at scale; never on the product's default path."""

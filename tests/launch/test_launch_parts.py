@@ -1,0 +1,110 @@
+"""The orchestrators' parts that need no pool: launch commands, settings, caller checks, progress."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.config import contract, create
+from harness.config import manifest as mf
+from harness.config.rundir import RunDir
+from harness.episode.records import RECORD_FIELDS, append_record
+from harness.launch import pools
+from harness.launch.drive import Settings, check_caller_env, launch_env
+from harness.launch.parallel import model_run_name
+from harness.launch.progress import progress, results_table
+
+
+@pytest.fixture
+def made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[RunDir, mf.Manifest, dict[str, str]]:
+    monkeypatch.setattr(contract, "CODE_ROOT", tmp_path)
+    bundle = tmp_path / "bundle"
+    monkeypatch.setenv("BUNDLE", str(bundle))
+    for task in ("pick", "stack"):
+        (bundle / "bank" / task).mkdir(parents=True)
+        (bundle / "bank" / task / "s1_clean.txt").write_text("7 8 9")
+    queue = tmp_path / "q.txt"
+    queue.write_text("s1 pick\ns1 stack\n")
+    env = {
+        "BUNDLE": str(bundle), "SEEDS_ROOT": "bank", "EVAL_TEST_NUM": "2", "BENCH_CONFIG": "clean",
+        "BENCHMARK": "tests.support.fastbench:FastBench",
+    }  # fmt: skip
+    run = RunDir(tmp_path / "runs" / "r")
+    return run, create.create_run(run.root, queue, env), env
+
+
+def record(task: str, seed: int, success: bool, error: str | None = None) -> dict:
+    rec = dict.fromkeys(RECORD_FIELDS)
+    rec.update(
+        task=task, scene="s1", task_config="s1_clean", seed=seed, success=success, hard_success=success
+    )
+    rec.update(error=error, finished_at=f"2025-01-01T00:00:0{seed}", contract="c", policy="p", ckpt="")
+    return rec
+
+
+def test_node_commands() -> None:
+    pool = pools.Pool(RunDir(Path("/r/x")), 3, {"A": "1"}, "sweep-clean")
+    [(srun, env)] = pools.node_commands(pool, "srun", Path("/e"), "--partition=gpu -t 60")
+    assert srun[:5] == [
+        "srun",
+        "--nodes=3",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=0",
+        "--job-name=eval-sweep-clean",
+    ]
+    assert srun[5:] == ["--partition=gpu", "-t", "60", "bash", "/e/slurm/eval_node.sh"] and env == {"A": "1"}
+    local = pools.node_commands(pool, "local", Path("/e"), "")
+    assert [cmd for cmd, _ in local] == [["bash", "/e/slurm/eval_node.sh"]] * 3
+    names = [env["NODE_NAME"] for _, env in local]
+    assert len(set(names)) == 3 and all(n.startswith("sweep-clean-p") for n in names)
+    with pytest.raises(pools.LaunchError, match="LAUNCHER='ssh'"):
+        pools.node_commands(pool, "ssh", Path("/e"), "")
+
+
+def test_settings_name_bad_values() -> None:
+    assert Settings.from_env({"LAUNCHER": "srun", "POOL_NODES": "4"}, None, 5).nodes == 4
+    assert Settings.from_env({}, 2, 5).launcher == "local"
+    with pytest.raises(pools.LaunchError, match="LAUNCHER='slurm'"):
+        Settings.from_env({"LAUNCHER": "slurm"}, None, 5)
+    with pytest.raises(ValueError, match="POOL_NODES='two'"):
+        Settings.from_env({"POOL_NODES": "two"}, None, 5)
+
+
+def test_caller_env_must_agree_and_launch_env_freezes_knobs(made) -> None:
+    run, manifest, env = made
+    check_caller_env(manifest, {**env, "LEASE_TTL": "3"}, run)
+    with pytest.raises(
+        mf.ContractMismatch, match=re.escape("knob ACTION_SMOOTH: run.yaml has '0', this launch has '0.7'")
+    ):
+        check_caller_env(manifest, {**env, "ACTION_SMOOTH": "0.7"}, run)
+    launched = launch_env(run, manifest, {"PATH": "/bin", "EXEC_ACTIONS": "5", "RUN_DIR": "/elsewhere"})
+    assert launched["EXEC_ACTIONS"] == "0" and launched["PATH"] == "/bin" and "RUN_DIR" not in launched
+    assert (launched["STUDY_RUN"], launched["RUNS_ROOT"]) == ("r", str(run.root.parent))
+    assert launched["EVAL_TEST_NUM"] == "2"
+
+
+def test_progress_counts_trials_and_errors(made) -> None:
+    run, manifest, env = made
+    assert progress(run, manifest, env).line() == "0/4 episodes, 0/2 units"
+    out = run.result_dir("pick", "p", "s1_clean", "") / "_metrics.w1.jsonl"
+    append_record(out, record("pick", 7, True))
+    append_record(out, record("pick", 8, False))
+    append_record(out, record("stack", 7, False, error="sim crashed"))
+    append_record(out, record("stack", 9, True))  # not planned (EVAL_TEST_NUM=2): ignored
+    now = progress(run, manifest, env)
+    assert (now.done, now.planned, now.units_done, now.errored, now.complete) == (2, 4, 1, 1, False)
+    table = results_table([("clean", run, manifest)], "config")
+    assert "50.0% [" in table and "3/4" in table and table.splitlines()[0].startswith("config")
+
+
+def test_model_run_names() -> None:
+    assert model_run_name("cmp", "tests/policies/sleep:/ck/m1") == (
+        "cmp_tests-policies-sleep_m1",
+        "tests/policies/sleep",
+        "/ck/m1",
+    )
+    assert model_run_name("cmp", "hold") == ("cmp_hold", "hold", "")
+    with pytest.raises(ValueError, match="expected POLICY"):
+        model_run_name("cmp", ":ck")

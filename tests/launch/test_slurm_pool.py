@@ -1,0 +1,320 @@
+"""The node script as a real Slurm pool: 3-node srun, a killed node, resume, fake GPUs, submitit.
+
+Runs against the local cluster (tests/support/slurm_cluster.py, `slurm` fixture) with the fast test-double
+benchmark and the sleep policy, so each pool takes seconds. The sim env is staged into a node cache
+that persists across sessions (the first session pays the copy, later ones reuse it: the product's
+behaviour).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE_SCRIPT = ROOT / "slurm" / "eval_node.sh"
+TEST_NODE_CACHE = Path(os.environ.get("TEST_NODE_CACHE", "/tmp/eval-test-node-cache"))
+UNITS = [f"s{s} t{t}" for s in (1, 2, 3) for t in (1, 2)]
+SEEDS = 3
+
+pytestmark = pytest.mark.slurm
+
+
+def pool_env(slurm: dict[str, str], tmp_path: Path, run: str, **extra: str) -> dict[str, str]:
+    env = {
+        **slurm,
+        "RUNS_ROOT": str(tmp_path / "runs"),
+        "STUDY_RUN": run,
+        "BENCHMARK": "tests.support.fastbench:FastBench",
+        "POLICY": "tests/policies/sleep",
+        "USE_EVAL_SEEDS": "0",
+        "EVAL_TEST_NUM": str(SEEDS),
+        "RECORD_VIDEO": "0",
+        "STAGE_ENVS": "none",
+        "NODE_CACHE": str(TEST_NODE_CACHE),
+        "HEARTBEAT_S": "1",
+        "LEASE_TTL": "4",
+        "FASTBENCH_STEPS": "3",
+        "FASTBENCH_STEP_MS": "20",
+    }
+    env.update(extra)
+    queue = tmp_path / f"{run}.queue.txt"
+    queue.write_text("\n".join(UNITS) + "\n")
+    subprocess.run(
+        [
+            env.get("SIM_PY", str(ROOT / "envs/sim/bin/python")),
+            "scripts/new_run.py",
+            run,
+            "--queue",
+            str(queue),
+        ],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return env
+
+
+def srun(env: dict[str, str], *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """The README's srun block: one node script per node, a pool that survives a failed node."""
+    cmd = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=0", *args, "bash", str(NODE_SCRIPT)]
+    return subprocess.run(cmd, cwd="/tmp", env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def start_srun(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    cmd = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=0", *args, "bash", str(NODE_SCRIPT)]
+    return subprocess.Popen(
+        cmd, cwd="/tmp", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def run_dir(env: dict[str, str]) -> Path:
+    return Path(env["RUNS_ROOT"]) / env["STUDY_RUN"]
+
+
+def record_lines(env: dict[str, str]) -> list[dict]:
+    lines = []
+    for path in sorted((run_dir(env) / "eval_result").rglob("_metrics*.jsonl")):
+        lines += [json.loads(line) for line in path.read_text().splitlines() if line.strip().endswith("}")]
+    return lines
+
+
+def planned() -> set[tuple[str, int]]:
+    return {(unit.split()[1] + "@" + unit.split()[0], seed) for unit in UNITS for seed in range(SEEDS)}
+
+
+def recorded(lines: list[dict]) -> set[tuple[str, int]]:
+    return {(f"{r['task']}@{r['scene']}", int(r["seed"])) for r in lines if r.get("error") is None}
+
+
+def job_id(env: dict[str, str], name: str, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = subprocess.run(
+            ["squeue", "-h", "-n", name, "-o", "%i"], env=env, capture_output=True, text=True
+        )
+        if out.stdout.strip():
+            return out.stdout.split()[0]
+        time.sleep(0.2)
+    raise AssertionError(f"job {name} never showed up in squeue")
+
+
+def wait_for(check, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_three_node_srun_completes_a_small_eval(slurm: dict[str, str], tmp_path: Path) -> None:
+    env = pool_env(slurm, tmp_path, "three", STAGE_ENVS="sim", FASTBENCH_STEP_MS="100")
+    done = srun(env, "--nodes=3")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = record_lines(env)
+    assert recorded(lines) == planned()
+    assert len(lines) == len(planned())  # nothing ran twice
+    assert len({r["host"] for r in lines}) >= 2, Counter(r["host"] for r in lines)
+    for node in ("n1", "n2", "n3"):
+        log = (run_dir(env) / "logs" / f"node-{node}.log").read_text()
+        assert f"SIM_PY={TEST_NODE_CACHE}/env/sim-" in log, log
+        assert "done: 1 workers, 0 failed" in log
+
+
+def test_killed_node_loses_nothing_and_others_finish_its_units(slurm: dict[str, str], tmp_path: Path) -> None:
+    env = pool_env(slurm, tmp_path, "kill", FASTBENCH_STEP_MS="150")
+    proc = start_srun(env, "--nodes=3", "--job-name=kill-test")
+    job = job_id(env, "kill-test")
+    leases = run_dir(env) / "queue.txt.leases"
+
+    def n2_holds_a_lease() -> bool:
+        for owner in leases.glob("*/owner.*"):
+            try:
+                if json.loads(owner.read_text()).get("host") == "n2":
+                    return True
+            except (OSError, ValueError):  # renamed by a heartbeat, or being written
+                continue
+        return False
+
+    wait_for(n2_holds_a_lease, 60, "node n2 to hold a lease")
+    killed = kill_node_processes(job, "n2")
+    assert killed, "no process of n2's job step found"
+    out, _ = proc.communicate(timeout=240)
+    assert proc.returncode != 0  # the pool reports n2's failure ...
+    lines = record_lines(env)
+    assert recorded(lines) == planned(), out  # ... and lost nothing
+    for node in ("n1", "n3"):
+        assert "done: 1 workers, 0 failed" in (run_dir(env) / "logs" / f"node-{node}.log").read_text()
+    by_seed = Counter((r["task"], r["scene"], r["seed"]) for r in lines)
+    assert max(by_seed.values()) == 1, by_seed  # no seed recorded twice
+
+
+def kill_node_processes(job: str, node: str) -> list[int]:
+    """SIGKILL every process of `job` on `node` (found by its Slurm environment), as a node crash would."""
+    pids = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            items = set(environ.read_bytes().split(b"\0"))
+        except OSError:
+            continue
+        if f"SLURM_JOB_ID={job}".encode() in items and f"SLURMD_NODENAME={node}".encode() in items:
+            pids.append(int(environ.parent.name))
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+def test_resume_by_rerunning_the_same_srun(slurm: dict[str, str], tmp_path: Path) -> None:
+    env = pool_env(slurm, tmp_path, "resume", FASTBENCH_STEP_MS="150")
+    proc = start_srun(env, "--nodes=3", "--job-name=resume-test")
+    job = job_id(env, "resume-test")
+    wait_for(lambda: len(record_lines(env)) >= 6, 60, "some records")
+    subprocess.run(["scancel", job], env=env, check=True)
+    proc.communicate(timeout=60)
+    before = record_lines(env)
+    assert 0 < len(recorded(before)) < len(planned())
+    wait_for(
+        lambda: (
+            not subprocess.run(
+                ["squeue", "-h", "-j", job], env=env, capture_output=True, text=True
+            ).stdout.strip()
+        ),
+        30,
+        "the cancelled job to leave the queue",
+    )
+    again = srun(env, "--nodes=3")
+    assert again.returncode == 0, again.stdout + again.stderr
+    lines = record_lines(env)
+    assert recorded(lines) == planned()
+    by_seed = Counter((r["task"], r["scene"], r["seed"]) for r in lines)
+    assert max(by_seed.values()) == 1, by_seed  # finished seeds were not re-run
+
+
+def test_gres_gives_one_worker_per_fake_gpu(slurm: dict[str, str], tmp_path: Path) -> None:
+    env = pool_env(slurm, tmp_path, "gres1")
+    done = srun(env, "--nodes=3", "--gres=gpu:1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for node in ("n1", "n2", "n3"):
+        log = (run_dir(env) / "logs" / f"node-{node}.log").read_text()
+        assert log.count(" worker ") == 1 and "CUDA_VISIBLE_DEVICES='0'" in log, log
+    env = pool_env(slurm, tmp_path, "gres2", WORKERS_PER_GPU="1")
+    done = srun(env, "--nodes=1", "--gres=gpu:2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = next((run_dir(env) / "logs").glob("node-*.log")).read_text()
+    assert log.count(" worker ") == 2, log
+    assert "CUDA_VISIBLE_DEVICES='0'" in log and "CUDA_VISIBLE_DEVICES='1'" in log
+    assert recorded(record_lines(env)) == planned()
+
+
+def test_submitit_entry_point_runs_the_pool_and_returns_the_summary(
+    slurm: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.config.rundir import RunDir
+    from orchestrators.submit import submit
+
+    env = pool_env(slurm, tmp_path, "submitit")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    shown: list[str] = []
+    summary = submit(RunDir(run_dir(env)), 3, timeout_min=5, poll_s=0.5, show=shown.append)
+    assert summary.state == "COMPLETED", (summary, shown)
+    assert summary.planned == summary.done == len(planned())
+    assert [n["rc"] for n in summary.nodes] == [0, 0, 0]
+    assert sorted(n["node"] for n in summary.nodes) == ["n1", "n2", "n3"]
+    assert summary.sr is not None and any("episodes" in line for line in shown)
+
+
+def test_cluster_up_is_idempotent_and_accounting_works(slurm: dict[str, str]) -> None:
+    from support import slurm_cluster
+
+    said: list[str] = []
+    start = time.monotonic()
+    slurm_cluster.up(3, log=said.append)
+    assert time.monotonic() - start < 5 and "already up" in said[0]
+    nodes = subprocess.run(["srun", "-N3", "hostname"], env=slurm, capture_output=True, text=True, timeout=60)
+    assert sorted(nodes.stdout.split()) == ["n1", "n2", "n3"]  # per-node hostnames
+    sacct = subprocess.run(
+        ["sacct", "-X", "-n", "-o", "JobID,State", "-S", "now-1hours"],
+        env=slurm,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert sacct.returncode == 0 and "COMPLETED" in sacct.stdout
+
+
+def test_readme_srun_block_works_as_written(slurm: dict[str, str], tmp_path: Path) -> None:
+    """The README's srun block, verbatim, with the fast double benchmark and sleep policy from the env."""
+    section = (ROOT / "README.md").read_text().split("## Running on a Slurm cluster", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    env = {
+        **slurm,
+        "RUNS_ROOT": str(tmp_path / "runs"),
+        "BENCHMARK": "tests.support.fastbench:FastBench",
+        "POLICY": "tests/policies/sleep",
+        "RECORD_VIDEO": "0",
+        "STAGE_ENVS": "none",
+        "NODE_CACHE": str(TEST_NODE_CACHE),
+    }
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = tmp_path / "runs" / "pickcube_clean"
+    assert {p.name for p in (run / "logs").glob("node-*.log")} == {
+        "node-n1.log",
+        "node-n2.log",
+        "node-n3.log",
+    }
+    lines = record_lines({"RUNS_ROOT": str(tmp_path / "runs"), "STUDY_RUN": "pickcube_clean"})
+    assert len(lines) == 4 and all(r["error"] is None for r in lines)
+
+
+@pytest.mark.sim
+def test_real_simulator_pool_on_two_nodes(slurm: dict[str, str], tmp_path: Path) -> None:
+    """The product's default path under srun: ManiSkill3 + the replay policy on the shipped bank."""
+    queue = tmp_path / "queue.txt"
+    queue.write_text("table PickCube\ntable PullCube\n")
+    env = {
+        **slurm,
+        "RUNS_ROOT": str(tmp_path / "runs"),
+        "STUDY_RUN": "real",
+        "POLICY": "replay",
+        "EVAL_TEST_NUM": "1",
+        "RECORD_VIDEO": "1",
+        "STAGE_ENVS": "none",
+        "NODE_CACHE": str(TEST_NODE_CACHE),
+    }
+    created = subprocess.run(
+        [str(ROOT / "envs/sim/bin/python"), "scripts/new_run.py", "real", "--queue", str(queue)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    done = srun(env, "--nodes=2", timeout=480)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = record_lines(env)
+    assert sorted((r["task"], r["success"], r["error"]) for r in lines) == [
+        ("PickCube", True, None),
+        ("PullCube", True, None),
+    ]
+    assert {r["sim_version"] for r in lines} == {"mani-skill==3.0.1 sapien==3.0.3"}
+    assert {r["host"] for r in lines} <= {"n1", "n2"}
+    videos = list((run_dir(env) / "eval_result").rglob("videos/seed*.mp4"))
+    assert len(videos) == 2 and all(v.stat().st_size > 1000 for v in videos)

@@ -1,0 +1,183 @@
+"""The policy wrappers (hold, replay, hf) and the model server process (CLI, SIGTERM)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support.wirekit import (
+    REPO,
+    SPEC,
+    client,
+    model_python,
+    obs,
+    running_server,
+    start_server_process,
+    stop_process,
+)
+
+from harness.model.policyload import PolicyError, episode_seed, load_policy, parse_override
+from harness.wire.errors import RemoteError
+
+
+def test_hold_returns_current_pose_dual_arm() -> None:
+    policy = load_policy("hold", "", ["action_dim=20", "num_actions=5"])
+    pose = np.arange(20, dtype=np.float32)
+    chunk = policy.act({"proprio": pose}, seed=0, step=0)
+    assert chunk.shape == (5, 20)
+    np.testing.assert_array_equal(chunk, np.tile(pose, (5, 1)))
+    with pytest.raises(ValueError, match="proprio has 10 numbers"):
+        policy.act({"proprio": pose[:10]}, seed=0, step=0)
+
+
+def write_traces(root: Path) -> dict[str, np.ndarray]:
+    traces = {f"seed{s}": np.arange(5 * 10, dtype=np.float32).reshape(5, 10) + 100 * s for s in (3, 4)}
+    (root / "pick").mkdir(parents=True)
+    np.savez(root / "pick" / "cfg.traces.npz", **traces)
+    return traces
+
+
+def test_replay_chunks_and_padding(tmp_path: Path) -> None:
+    traces = write_traces(tmp_path / "bank")
+    over = [f"seeds_root={tmp_path / 'bank'}", "num_actions=3"]
+    with running_server(tmp_path, "replay", over), client(tmp_path / "ready.json") as c:
+        c.hello(SPEC)
+        c.reset("pick", "cfg", "pick it", 4)
+        np.testing.assert_array_equal(c.infer(obs(), 0), traces["seed4"][0:3])
+        np.testing.assert_array_equal(c.infer(obs(), 3), traces["seed4"][[3, 4, 4]])
+        c.reset("pick", "cfg", "pick it", 9)
+        with pytest.raises(RemoteError, match=r"no trace for \(task='pick', task_config='cfg', seed=9\)"):
+            c.infer(obs(), 0)
+        c.reset("place", "cfg", "x", 3)
+        with pytest.raises(RemoteError, match="no traces for task 'place'"):
+            c.infer(obs(), 0)
+
+
+def test_replay_uses_seeds_root_knob(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    traces = write_traces(tmp_path / "bank")
+    monkeypatch.setenv("SEEDS_ROOT", str(tmp_path / "bank"))
+    policy = load_policy("replay")
+    episode = {"task": "pick", "task_config": "cfg", "seed": 3, "step": 4}
+    np.testing.assert_array_equal(
+        policy.act({"episode": episode}, 3, 4), np.tile(traces["seed3"][4], (30, 1))
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("nope",), "no deploy_policy.py"),
+        (("../etc",), "no deploy_policy.py"),
+        (("bad name!",), "expected a name under policy/"),
+        (("hold", "/does/not/exist"), "neither a path nor a directory"),
+        (("hold", "", ["action_dim=ten"]), "'action_dim' must be an integer"),
+        (("hold", "", ["novalue"]), "expected key=value"),
+    ],
+)
+def test_load_errors_name_the_input(args: tuple, message: str) -> None:
+    with pytest.raises(PolicyError, match=message):
+        load_policy(*args)
+
+
+def test_override_values_are_typed() -> None:
+    assert parse_override("num_actions=20") == ("num_actions", 20)
+    assert parse_override("cameras=[a, b]") == ("cameras", ["a", "b"])
+    assert episode_seed(1, 2) == episode_seed(1, 2) != episode_seed(2, 1)
+
+
+def test_cli_help_and_bad_policy(tmp_path: Path) -> None:
+    script = str(REPO / "scripts" / "policy_model_server.py")
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    assert (
+        "--ready-file"
+        in subprocess.run(
+            [sys.executable, script, "--help"], env=env, capture_output=True, text=True, check=True
+        ).stdout
+    )
+    bad = subprocess.run(
+        [sys.executable, script, "--policy", "nope", "--ready-file", str(tmp_path / "r")],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "policy 'nope'" in bad.stderr
+
+
+@pytest.fixture(scope="module")
+def model_py() -> str:
+    exe = model_python()
+    if exe is None:
+        pytest.skip("MODEL_PY env not installed")
+    return exe
+
+
+def test_server_process_sigterm(tmp_path: Path, model_py: str) -> None:
+    ready = tmp_path / "ready.json"
+    proc = start_server_process(model_py, ready, ["--policy", "hold"], tmp_path / "server.log")
+    try:
+        with client(ready) as c:
+            c.hello(SPEC)
+            c.reset("t", "c", "i", 0)
+            np.testing.assert_array_equal(c.infer(obs(0.5), 0), 0.5)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+    assert code == 0, (tmp_path / "server.log").read_text()
+    assert not ready.exists()
+
+
+@pytest.fixture(scope="module")
+def tiny_hf(tmp_path_factory: pytest.TempPathFactory, model_py: str) -> Path:
+    out = tmp_path_factory.mktemp("tiny_hf")
+    subprocess.run(
+        [model_py, str(REPO / "tests" / "support" / "build_tiny_hf.py"), str(out)],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
+    return out
+
+
+def test_hf_loads_saved_tiny_model_through_server(tmp_path: Path, model_py: str, tiny_hf: Path) -> None:
+    ready = tmp_path / "ready.json"
+    args = ["--policy", "hf", "--ckpt", str(tiny_hf), "--set", "noise_std=0.05", "--set", "num_actions=8"]
+    proc = start_server_process(model_py, ready, args, tmp_path / "server.log", env={"HF_HUB_OFFLINE": "1"})
+    try:
+        with client(ready) as c:
+            spec = c.hello(SPEC)
+            assert (spec["policy"], spec["ckpt"], spec["chunk_len"]) == ("hf", tiny_hf.name, 8)
+            runs = []
+            for seed in (1, 1, 2):
+                c.reset("pick", "cfg", "pick up the red cube", seed)
+                runs.append(c.infer(obs(0.2), 5))
+    finally:
+        code = stop_process(proc)
+    assert code == 0, (tmp_path / "server.log").read_text()
+    assert runs[0].shape == (8, 10) and np.all(np.isfinite(runs[0]))
+    np.testing.assert_array_equal(runs[0], runs[1])  # same (seed, step): same sampled actions
+    assert not np.array_equal(runs[0], runs[2])
+    assert np.abs(runs[0] - 0.2).max() < 1.0  # offsets around the current pose
+
+
+def test_hf_without_checkpoint_is_a_clear_error(tmp_path: Path, model_py: str) -> None:
+    proc = subprocess.run(
+        [
+            model_py,
+            str(REPO / "scripts" / "policy_model_server.py"),
+            "--policy",
+            "hf",
+            "--ckpt",
+            "",
+            "--ready-file",
+            str(tmp_path / "r"),
+        ],
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0 and "needs a checkpoint dir" in proc.stderr

@@ -1,0 +1,145 @@
+"""harness.node.cli: the worker plan, code refresh, checkpoint staging, and SIM_PIN on the real sim env."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.node import cli as node
+from harness.node.codesync import sync_code
+from harness.node.staging import StagingError
+
+ROOT = Path(__file__).resolve().parents[2]
+SIM_ENV = ROOT / "envs" / "sim"
+WHEELHOUSE = ROOT / "envs" / "wheelhouse"
+TEST_NODE_CACHE = Path(os.environ.get("TEST_NODE_CACHE", "/tmp/eval-test-node-cache"))
+PIN = "sapien==3.0.2 setuptools<81"
+
+
+def test_plan_one_worker_per_gpu_slot_times_workers_per_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODE_NAME", "nX")
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setenv("WORKERS_PER_GPU", "2")
+    assert node.worker_plan() == [
+        ("nX-j42-w0", "0"),
+        ("nX-j42-w1", "0"),
+        ("nX-j42-w2", "1"),
+        ("nX-j42-w3", "1"),
+    ]
+
+
+def test_plan_cpu_workers_without_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODE_NAME", "local1")
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("CPU_WORKERS", "3")
+    monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi
+    assert node.worker_plan() == [("local1-w0", ""), ("local1-w1", ""), ("local1-w2", "")]
+    monkeypatch.setenv("CPU_WORKERS", "0")
+    with pytest.raises(ValueError, match="CPU_WORKERS=0"):
+        node.worker_plan()
+
+
+def test_code_refresh_propagates_edits_and_deletions(tmp_path: Path) -> None:
+    src, dst = tmp_path / "shared", tmp_path / "local"
+    (src / "harness").mkdir(parents=True)
+    (src / "harness" / "a.py").write_text("A = 1\n")
+    (src / "harness" / "b.py").write_text("B = 1\n")
+    assert sync_code(src, dst) == 2
+    assert sync_code(src, dst) == 0  # unchanged: nothing copied
+    (src / "harness" / "a.py").write_text("A = 22\n")
+    (src / "harness" / "b.py").unlink()
+    assert sync_code(src, dst) == 1
+    assert (dst / "harness" / "a.py").read_text() == "A = 22\n"
+    assert not (dst / "harness" / "b.py").exists()
+
+
+def test_prepare_stages_checkpoint_and_exports_node_local_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ckpt = tmp_path / "bundle" / "checkpoints" / "my-ckpt"
+    ckpt.mkdir(parents=True)
+    (ckpt / "weights.bin").write_bytes(os.urandom(1000))
+    monkeypatch.setenv("BUNDLE", str(tmp_path / "bundle"))
+    monkeypatch.setenv("CKPT_NAME", "my-ckpt")
+    monkeypatch.setenv("NODE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("STAGE_ENVS", "none")
+    monkeypatch.setenv("EVAL_ROOT", str(ROOT))
+    out = node.prepare(log=lambda _m: None)
+    assert Path(out["CKPT_DIR"]).name == "my-ckpt"  # the checkpoint keeps its name
+    assert Path(out["CKPT_DIR"]).is_relative_to(tmp_path / "cache")
+    assert (Path(out["CKPT_DIR"]) / "weights.bin").read_bytes() == (ckpt / "weights.bin").read_bytes()
+    assert (Path(out["EVAL_ROOT"]) / "harness" / "node" / "cli.py").is_file()
+    assert out["PYTHONPATH"].split(":")[0] == out["EVAL_ROOT"]
+
+
+def test_pin_without_staged_sim_env_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("STAGE_ENVS", "model")
+    monkeypatch.setenv("SIM_PIN", PIN)
+    with pytest.raises(StagingError, match="needs the sim env staged"):
+        node.prepare(log=lambda _m: None)
+
+
+@pytest.mark.sim
+def test_sim_pin_installs_into_the_node_copy_only_and_records_see_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real: the sim env (sapien 3.0.3) staged with SIM_PIN=sapien==3.0.2 from the local wheelhouse."""
+    if not list(WHEELHOUSE.glob("sapien-3.0.2-*.whl")):
+        pytest.skip(f"no sapien 3.0.2 wheel in {WHEELHOUSE} (scripts/setup.sh fetches it)")
+    monkeypatch.setenv("NODE_CACHE", str(TEST_NODE_CACHE))
+    monkeypatch.setenv("STAGE_ENVS", "sim")
+    monkeypatch.setenv("SIM_PY", str(SIM_ENV / "bin" / "python"))
+    monkeypatch.setenv("SIM_PIN", PIN)
+    monkeypatch.setenv("WHEELHOUSE", str(WHEELHOUSE))
+    monkeypatch.setenv("EVAL_ROOT", str(ROOT))
+    out = node.prepare(log=print)
+    staged = Path(out["SIM_PY"])
+    assert staged.is_relative_to(TEST_NODE_CACHE)
+    code = "from harness.episode.bench.maniskill import ManiSkillBenchmark as B; print(B().version)"
+    version = subprocess.run(
+        [staged, "-c", code],
+        cwd=out["EVAL_ROOT"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": out["EVAL_ROOT"]},
+    )
+    assert version.returncode == 0, version.stderr
+    assert "sapien==3.0.2" in version.stdout  # what every record of this node carries
+    shared = subprocess.run(
+        [SIM_ENV / "bin" / "python", "-c", "import sapien; print(sapien.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert shared.stdout.strip() == "3.0.3"  # the shared env is untouched
+
+
+def test_unsatisfiable_pin_stops_the_node_naming_pin_and_wheelhouse(tmp_path: Path) -> None:
+    """The node script itself, by hand: a pin the wheelhouse cannot satisfy is a node-level failure."""
+    venv = tmp_path / "tinyenv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    env = {
+        **os.environ,
+        "STUDY_RUN": "pinfail",
+        "RUNS_ROOT": str(tmp_path / "runs"),
+        "NODE_CACHE": str(tmp_path / "c"),
+        "STAGE_ENVS": "sim",
+        "SIM_PIN": "sapien==9.9.9",
+        "WHEELHOUSE": str(tmp_path / "wheels"),
+    }
+    (tmp_path / "wheels").mkdir()
+    env["SIM_PY"] = str(venv / "bin" / "python")
+    done = subprocess.run(
+        ["bash", str(ROOT / "slurm" / "eval_node.sh")], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0
+    assert (
+        f"SIM_PIN=sapien==9.9.9 cannot be satisfied from wheelhouse {tmp_path / 'wheels'}"
+        in done.stdout + done.stderr
+    )

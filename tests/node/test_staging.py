@@ -1,0 +1,158 @@
+"""Node-local staging: copy once, atomic publish, re-stage on change, bounded cache, full disk, venvs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.node import staging
+from harness.node.staging import StagingError, entries, prune, stage
+from harness.node.venvs import install_pin, relocate
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def make_tree(path: Path, files: dict[str, int]) -> Path:
+    for name, size in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_bytes(os.urandom(size))
+    return path
+
+
+def test_stage_copies_once_and_restages_on_change(tmp_path: Path) -> None:
+    src = make_tree(tmp_path / "ckpt-a", {"model.bin": 4096, "cfg/config.json": 10})
+    logs: list[str] = []
+    first = stage(tmp_path / "cache", "ckpt", src, log=logs.append)
+    again = stage(tmp_path / "cache", "ckpt", src, log=logs.append)
+    assert first == again and first.name == "ckpt-a"
+    assert (first / "model.bin").read_bytes() == (src / "model.bin").read_bytes()
+    assert sum("copying" in line for line in logs) == 1
+    (src / "model.bin").write_bytes(b"changed")
+    changed = stage(tmp_path / "cache", "ckpt", src, log=logs.append)
+    assert changed != first and (changed / "model.bin").read_bytes() == b"changed"
+    assert not list((tmp_path / "cache" / "ckpt").glob(".tmp-*"))
+
+
+def test_failed_post_step_publishes_nothing(tmp_path: Path) -> None:
+    src = make_tree(tmp_path / "env", {"a": 10})
+
+    def boom(_copy: Path) -> None:
+        raise StagingError("post failed")
+
+    with pytest.raises(StagingError, match="post failed"):
+        stage(tmp_path / "cache", "env", src, post=boom, log=lambda _m: None)
+    assert entries(tmp_path / "cache") == []
+    assert list((tmp_path / "cache" / "env").iterdir()) == []
+
+
+def test_missing_source_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(StagingError, match="does not exist"):
+        stage(tmp_path / "cache", "ckpt", tmp_path / "nope", log=lambda _m: None)
+
+
+def test_concurrent_stagers_on_one_node_copy_once(tmp_path: Path) -> None:
+    src = make_tree(tmp_path / "ckpt", {"w.bin": 1 << 20})
+    code = textwrap.dedent(f"""
+        from pathlib import Path
+        from harness.node.staging import node_lock, stage
+        with node_lock(Path({str(tmp_path / "cache")!r})):
+            print(stage(Path({str(tmp_path / "cache")!r}), "ckpt", Path({str(src)!r})))
+    """)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert len({out.strip() for out, _ in outs}) == 1
+    assert sum("copying" in err for _, err in outs) == 1
+
+
+def test_prune_keeps_in_use_and_cache_keep_drops_least_recently_used(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    staged = {}
+    for i, name in enumerate(["old", "keepme", "mid", "new"]):
+        src = make_tree(tmp_path / name, {"w.bin": 100_000})
+        staged[name] = stage(cache, "ckpt", src, log=lambda _m: None)
+        os.utime(staged[name].parent / staging.USED, (1000 + i, 1000 + i))
+    removed = prune(cache, 250_000, in_use={staged["new"].parent}, keep_labels={"keepme"})
+    assert removed == [staged["old"].parent, staged["mid"].parent]
+    assert sorted(e.label for e in entries(cache)) == ["keepme", "new"]
+
+
+def test_full_node_disk_is_a_clear_error_and_nothing_half_copied(tmp_path: Path) -> None:
+    """A real 2 MiB tmpfs as the node cache, in a private mount namespace (needs root)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare to mount a small tmpfs")
+    src = make_tree(tmp_path / "big-ckpt", {"a.bin": 1 << 20, "b.bin": 1 << 20, "c.bin": 1 << 20})
+    cache = tmp_path / "small"
+    cache.mkdir()
+    script = textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        from harness.node import staging
+        cache, src = Path({str(cache)!r}), Path({str(src)!r})
+        if sys.argv[1] == "midcopy":
+            staging._ensure_space = lambda *a, **k: None   # let the copy itself hit ENOSPC
+        try:
+            staging.stage(cache, "ckpt", src, log=lambda m: None)
+        except staging.StagingError as err:
+            print("ERROR", err)
+        print("LEFT", sorted(str(p.relative_to(cache)) for p in cache.glob("ckpt/*")))
+    """)
+    for mode in ("precheck", "midcopy"):
+        cmd = f'mount -t tmpfs -o size=2m tmpfs {cache} && {sys.executable} -c "$0" {mode}'
+        done = subprocess.run(
+            ["unshare", "--mount", "sh", "-c", cmd, script],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "ERROR node disk full" in done.stdout, done.stdout
+        assert "LEFT []" in done.stdout, done.stdout
+
+
+@pytest.fixture(scope="module")
+def small_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    venv = tmp_path_factory.mktemp("venvs") / "tiny"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    return venv
+
+
+def test_staged_venv_runs_from_its_new_path(tmp_path: Path, small_venv: Path) -> None:
+    src = tmp_path / "shared" / "tiny"
+    shutil.copytree(small_venv, src, symlinks=True)
+    relocate(src, small_venv)  # the "shared" env, as if created at its path
+    staged = stage(tmp_path / "cache", "env", src, post=lambda c: relocate(c, src), log=lambda _m: None)
+    src.rename(tmp_path / "shared" / "gone")  # nothing may still point at the source
+    prefix = subprocess.run(
+        [staged / "bin" / "python", "-c", "import sys; print(sys.prefix)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert prefix.stdout.strip() == str(staged)
+    pip = subprocess.run([staged / "bin" / "pip", "--version"], capture_output=True, text=True, check=True)
+    assert str(staged) in pip.stdout
+    assert str(src) not in (staged / "bin" / "activate").read_text()
+
+
+def test_unsatisfiable_pin_names_pin_and_wheelhouse(tmp_path: Path, small_venv: Path) -> None:
+    wheelhouse = tmp_path / "wheels"
+    wheelhouse.mkdir()
+    with pytest.raises(
+        StagingError, match=r"SIM_PIN=sapien==9\.9\.9 cannot be satisfied from wheelhouse .*wheels"
+    ):
+        install_pin(small_venv, "sapien==9.9.9", wheelhouse)
+    with pytest.raises(StagingError, match="expected 'package==version"):
+        install_pin(small_venv, "sapien>=3", wheelhouse)

@@ -1,0 +1,93 @@
+"""Helpers for worker and chaos tests: a run dir over the fast test benchmark and the sleep policy,
+worker processes started through slurm/eval_worker.sh, and checks of a finished run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from harness.config.plan import queue_states
+from harness.config.rundir import RunDir
+from harness.episode.records import read_tree
+from harness.queue.listing import scan
+
+REPO = Path(__file__).resolve().parents[2]
+SLEEP_POLICY = str(REPO / "tests" / "policies" / "sleep")
+
+
+def make_run(root: Path, cells: list[tuple[str, str]]) -> RunDir:
+    run = RunDir(root)
+    run.root.mkdir(parents=True)
+    run.queue.write_text("".join(f"{scene} {task}\n" for scene, task in cells))
+    return run
+
+
+def pool_env(run: RunDir, **extra: str) -> dict[str, str]:
+    """The knobs of a fast pool: fake benchmark, sleep policy, no videos, short timeouts."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(
+        RUN_DIR=str(run.root), EVAL_ROOT=str(REPO), PYTHONPATH=str(REPO),
+        BENCHMARK="tests.support.fastbench:FastBench", POLICY=SLEEP_POLICY, CKPT_NAME="", RECORD_VIDEO="0",
+        USE_EVAL_SEEDS="0", EVAL_TEST_NUM="2", UNIT_SEEDS="0", LEASE_TTL="10", HEARTBEAT_S="0.5",
+        LEASE_SKEW_S="1", STALL_TIMEOUT="20", CRASH_LIMIT="3", FASTBENCH_STEPS="2", FASTBENCH_STEP_MS="2",
+    )  # fmt: skip
+    env.update(extra)
+    return env
+
+
+def start_worker(env: dict[str, str], worker_id: str, log: Path) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            ["bash", str(REPO / "slurm" / "eval_worker.sh")],
+            env={**env, "WORKER_ID": worker_id}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """Kill what a test started (the worker and anything left of its process group)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def wait_for(predicate, timeout: float, what: str, step: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(step)
+
+
+def check_finished(run: RunDir, env: dict[str, str], crashing_tasks: set[str]) -> None:
+    """Every planned (unit, seed) recorded once after dedup, no torn record, no lease left behind,
+    and exactly the units of `crashing_tasks` quarantined."""
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        states = queue_states(run)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    records = read_tree(run.results)
+    assert records.torn_lines == [] and records.bad_lines == []
+    quarantined = {s.key for s in states if s.state == "quarantined"}
+    assert quarantined == {s.key for s in states if s.unit.task in crashing_tasks}
+    assert {s.state for s in states if s.key not in quarantined} == {"done"}
+    planned = {(s.unit.task, s.unit.task_config, seed) for s in states for seed in s.unit.seeds}
+    assert set(records.records) <= planned
+    for state in states:
+        for seed in state.unit.seeds:
+            record = records.records.get((state.unit.task, state.unit.task_config, seed))
+            if state.key not in quarantined:
+                assert record is not None and record["error"] is None, (state.key, seed, record)
+    for key in quarantined:
+        unit = next(s.unit for s in states if s.key == key)
+        latest = [records.records.get((unit.task, unit.task_config, seed)) for seed in unit.seeds]
+        assert any(r is None or r["error"] for r in latest), f"{key} quarantined without an error"
+    listing = scan(run.leases)
+    assert not [n for n in listing.names if n.startswith(".")], "tombstone or probe left behind"
+    for name in listing.leased:
+        assert os.listdir(run.leases / name) == [], f"lease {name} left behind"

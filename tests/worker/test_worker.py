@@ -1,0 +1,121 @@
+"""The worker loop end to end with real processes: model server (sleep policy), sim client (fast test
+benchmark), lease queue. Resume and fill-in, stall handling and quarantine, SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from support.poolkit import REPO, check_finished, make_run, pool_env, start_worker, stop_group, wait_for
+
+from harness.episode.records import read_tree
+from harness.queue import slurmjob
+from harness.queue.listing import scan
+from harness.worker.loop import Worker
+
+
+def _run_pool(env: dict[str, str], n: int, logs: Path, timeout: float = 120) -> None:
+    procs = [start_worker(env, f"w{i}", logs / f"w{i}.log") for i in range(n)]
+    try:
+        for proc in procs:
+            assert proc.wait(timeout) == 0
+    finally:
+        for proc in procs:
+            stop_group(proc)
+
+
+def test_pool_runs_the_queue_then_resumes_only_new_seeds(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run", [(f"scene{i % 2}", f"task{i}") for i in range(6)])
+    env = pool_env(run)
+    _run_pool(env, 2, tmp_path)
+    check_finished(run, env, set())
+    before = read_tree(run.results).records
+    assert len(before) == 12
+    env = pool_env(run, EVAL_TEST_NUM="3")  # a fill-in: only the third seed of every cell runs
+    _run_pool(env, 2, tmp_path)
+    check_finished(run, env, set())
+    after = read_tree(run.results).records
+    assert len(after) == 18
+    assert all(after[key]["finished_at"] == record["finished_at"] for key, record in before.items())
+    _run_pool(env, 1, tmp_path)  # nothing left: a relaunch runs nothing
+    assert read_tree(run.results).records == after
+
+
+def test_sim_as_server_pool_runs_the_queue(tmp_path: Path) -> None:
+    """SIM_AS_SERVER=1: every sim client listens and the worker's one model side dials each in turn."""
+    run = make_run(tmp_path / "run", [("s", f"task{i}") for i in range(4)])
+    env = pool_env(run, SIM_AS_SERVER="1")
+    _run_pool(env, 2, tmp_path)
+    check_finished(run, env, set())
+    assert len(read_tree(run.results).records) == 8
+    for i in range(2):
+        assert "(dials each sim client)" in (tmp_path / f"w{i}.log").read_text()
+
+
+def test_stalled_episode_is_killed_recorded_and_quarantined(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run", [("s", "ok"), ("s", "hangs")])
+    env = pool_env(run, FASTBENCH_HANG="hangs/1", STALL_TIMEOUT="1.5", CRASH_LIMIT="2")
+    _run_pool(env, 1, tmp_path)
+    check_finished(run, env, {"hangs"})
+    record = read_tree(run.results).records[("hangs", "s_clean", 1)]
+    assert record["error"] == "stalled"
+    log = (tmp_path / "w0.log").read_text()
+    assert "unit=s__hangs__0-2 seed=1 stalled: episode recorded as errored" in log
+    assert "quarantined after 2 errored attempts" in log
+
+
+def test_sigterm_releases_the_lease_and_exits_cleanly(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run", [("s", f"t{i}") for i in range(3)])
+    env = pool_env(run, FASTBENCH_STEPS="40", FASTBENCH_STEP_MS="100")  # 4 s episodes
+    proc = start_worker(env, "w0", tmp_path / "w0.log")
+    try:
+        wait_for(lambda: bool(scan(run.leases).leased) and (tmp_path / "w0.log").read_text().count("claimed"),
+                 60, "a claim")  # fmt: skip
+        os.kill(proc.pid, signal.SIGTERM)  # eval_worker.sh execs the worker: this is the worker
+        assert proc.wait(20) == 0
+    finally:
+        stop_group(proc)
+    listing = scan(run.leases)
+    assert all(os.listdir(run.leases / name) == [] for name in listing.leased), "lease not released"
+    records = read_tree(run.results)
+    assert records.torn_lines == [] and records.bad_lines == []
+    assert "releasing the lease" in (tmp_path / "w0.log").read_text()
+
+
+def test_local_pool_runs_node_scripts_over_one_queue(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "runs" / "demo", [(f"scene{i % 2}", f"task{i}") for i in range(8)])
+    env = pool_env(
+        run, UNIT_SEEDS="1", STAGE_ENVS="none", NODE_CACHE=str(tmp_path / "cache"), CPU_WORKERS="2"
+    )
+    env.update(RUNS_ROOT=str(tmp_path / "runs"), STUDY_RUN="demo")
+    del env["RUN_DIR"]
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "run_local.sh"), "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "units 16/16 done, 0 leased, 0 quarantined | episodes 16/16, 0 errored" in done.stdout
+    check_finished(run, env, set())
+    writers = {record["worker"] for record in read_tree(run.results).records.values()}
+    assert writers and all(w.startswith("local-") and "-n" in w for w in writers)  # one id per node worker
+
+
+def test_time_aware_claims_inside_an_allocation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_JOB_END_TIME", str(int(time.time()) + 100))
+    end = slurmjob.allocation_end()
+    assert end is not None and abs(end - time.time() - 100) < 2
+    worker = Worker(make_run(tmp_path / "run", [("s", "t")]), "w0")
+    assert worker.time_for_another(end)  # nothing measured yet: claim
+    worker.unit_times = [20.0, 40.0]
+    assert worker.time_for_another(end)  # a mean unit (30 s) fits in the 100 s left
+    worker.unit_times = [90.0, 110.0]
+    assert not worker.time_for_another(end)  # it would not finish before the allocation ends
+    assert worker.time_for_another(None)  # outside Slurm: always
