@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from harness.wire.frames import DEFAULT_MAX_FRAME
 
+QUEUE_MODES = ("lease",)  # the reference's QUEUE_MODE knob: the lease queue is the only mode
+
 
 @dataclass(frozen=True)
 class Knob:
@@ -55,7 +57,7 @@ KNOBS: dict[str, Knob] = {
             "simulator pin `pkg==ver [companion ...]` from $WHEELHOUSE, e.g. `sapien==3.0.2 setuptools<81`",
         ),
         # queue and worker
-        Knob("QUEUE_MODE", "lease", "lease: work-stealing lease queue", False),
+        Knob("QUEUE_MODE", "lease", "lease (the only mode): work-stealing lease queue", False),
         # UNIT_SEEDS changes no result, but every worker of a run must cut the same unit keys
         Knob("UNIT_SEEDS", "0", "seeds per unit: 0 = whole (scene, task) cell, k = slices of k"),
         Knob("EVAL_RESUME_SEEDS", "1", "1: run only seeds not yet recorded", False),
@@ -108,6 +110,13 @@ def get_int(name: str, env: Mapping[str, str] | None = None, minimum: int | None
     value = int(_parse(name, int, env))
     if minimum is not None and value < minimum:
         raise ValueError(f"knob {name}={value!r}: expected an integer >= {minimum}")
+    return value
+
+
+def get_choice(name: str, choices: tuple[str, ...], env: Mapping[str, str] | None = None) -> str:
+    value = get(name, env)
+    if value not in choices:
+        raise ValueError(f"knob {name}={value!r}: expected one of {', '.join(choices)}")
     return value
 
 

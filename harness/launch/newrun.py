@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness.config.create import create_run
-from harness.config.knobs import contract_knobs
+from harness.config.knobs import QUEUE_MODES, contract_knobs, get_choice
 from harness.config.manifest import Manifest, ManifestError
 from harness.config.rundir import read_queue
 from harness.episode.bench import load_benchmark
@@ -22,6 +22,7 @@ def check_runnable(queue_file: Path | str, env: Mapping[str, str] = os.environ) 
     """Refuse a policy, task or config that no worker could ever run (ManifestError names it)."""
     knobs = contract_knobs(env)
     try:
+        get_choice("QUEUE_MODE", QUEUE_MODES, env)
         policy_dir(knobs["POLICY"])
         bench = load_benchmark(knobs["BENCHMARK"])
         for cell in read_queue(Path(queue_file)):

@@ -1,11 +1,12 @@
 """The node-local cache: copy a tree from the shared filesystem once per node, publish it atomically.
 
 Why: mmap of envs and checkpoints over NFS from many nodes stalls, so each node runs from a local copy.
-An entry is `<cache>/<kind>/<label>-<fp>/<label>` plus a stamp `.stage.json`; `fp` fingerprints the
-source (paths, sizes, mtimes), so a changed source gets a new entry and an unchanged one is reused for
-the cost of a stat walk. A copy goes to a temp dir and is renamed into place; the stamp is written
-last, so an entry without a stamp (a crash, a full disk) is garbage, never loaded. All changes happen
-under a node-local lock, so concurrent jobs on one node stage once. The cache is bounded by pruning
+An entry is `<cache>/<kind>/<label>-<key>/<label>` plus a stamp `.stage.json`; `key` is the source's
+stat key (paths, sizes, mtimes: not a content fingerprint, which would read every byte), so a changed
+source gets a new entry and an unchanged one is reused for the cost of a stat walk. A copy goes to a
+temp dir and is renamed into place; the stamp is written last, so an entry without a stamp (a crash,
+a full disk) is garbage, never loaded. All changes happen under a node-local lock, so concurrent
+jobs on one node stage once. The cache is bounded by pruning
 the least recently used entries that are neither in use nor named in CACHE_KEEP.
 """
 
@@ -47,7 +48,7 @@ class Entry:
         return self.root / self.label
 
 
-def fingerprint(source: Path, extra: str = "") -> tuple[str, int]:
+def stat_key(source: Path, extra: str = "") -> tuple[str, int]:
     """A hash of every path, size and mtime under `source` (plus `extra`), and the total bytes.
 
     Stat-only, so an unchanged multi-GB env costs one directory walk, not a read.
@@ -100,16 +101,16 @@ def stage(
     post: Callable[[Path], None] | None = None,
     log: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr),
 ) -> Path:
-    """The node-local copy of `source`, copied now only if no entry with its fingerprint exists.
+    """The node-local copy of `source`, copied now only if no entry with its stat key exists.
 
     `post(payload)` runs on the copy at its final path before the stamp is written (e.g. relocating a
-    venv, installing a pin); `extra` joins the fingerprint (e.g. the pin). Call under `node_lock`.
+    venv, installing a pin); `extra` joins the stat key (e.g. the pin). Call under `node_lock`.
     """
     if not source.exists():
         raise StagingError(f"cannot stage {source}: it does not exist")
     source = source.resolve()
     (cache / kind).mkdir(parents=True, exist_ok=True)
-    fp, size = fingerprint(source, extra)
+    fp, size = stat_key(source, extra)
     label = source.name
     root = cache / kind / f"{label}-{fp}"
     if (root / STAMP).exists():
@@ -130,7 +131,7 @@ def stage(
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
         raise
-    meta = {"label": label, "source": str(source), "fingerprint": fp, "size": size, "staged_at": time.time()}
+    meta = {"label": label, "source": str(source), "stat_key": fp, "size": size, "staged_at": time.time()}
     _write_atomic(root / STAMP, json.dumps(meta, indent=1))
     (root / USED).touch()
     log(f"[stage] staged {label} in {time.monotonic() - start:.1f}s")

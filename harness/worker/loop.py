@@ -129,8 +129,9 @@ class Worker:
         signal.signal(signal.SIGTERM, self.on_signal)
         signal.signal(signal.SIGINT, self.on_signal)
         try:
+            knobs.get_choice("QUEUE_MODE", knobs.QUEUE_MODES)
             self.verify()
-        except (ContractMismatch, ManifestError) as exc:
+        except (ContractMismatch, ManifestError, ValueError) as exc:
             self.log(f"refusing to run: {exc}")
             return 2
         queue = open_queue(self.run, self.worker_id)

@@ -20,8 +20,8 @@ import harness.model.server
 from harness.model.policyload import load_policy
 from harness.model.server import connect_out
 from harness.wire.client import PolicyClient
-from harness.wire.errors import RemoteError, WireError
 from harness.wire.codecs import JsonCodec, MsgpackCodec
+from harness.wire.errors import RemoteError, WireError
 from harness.wire.readyfile import read_ready
 
 
