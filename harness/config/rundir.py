@@ -1,7 +1,7 @@
 """The run directory layout (`$RUNS_ROOT/<RUN>/`) and the queue file format.
 
 Every path the parts share is named here once, so the worker, the results tools and the
-orchestrators agree on it. See DESIGN.md, "Run directory".
+orchestrators agree on it. The README's "Runs" section shows the layout.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Generic action handling around any policy: chunk execution, cross-chunk smoothing, fake proprio,
 and the ee6d ⇄ rotation helpers the benchmark adapters need.
 
-Action layout (`ee6d`, DESIGN.md): per arm 10 numbers = xyz, rot6d (the first two columns of the
+Action layout (`ee6d`, docs/contracts.md): per arm 10 numbers = xyz, rot6d (the first two columns of the
 rotation matrix, column after column), gripper. One arm: 10-D, gripper at 9. Two arms: 20-D,
 continuous dims [0:9]+[10:19], grippers at 9 and 19.
 

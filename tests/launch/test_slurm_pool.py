@@ -222,7 +222,7 @@ def test_submitit_entry_point_runs_the_pool_and_returns_the_summary(
     slurm: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from harness.config.rundir import RunDir
-    from orchestrators.submit import submit
+    from harness.launch.submit import submit
 
     env = pool_env(slurm, tmp_path, "submitit")
     for key, value in env.items():
