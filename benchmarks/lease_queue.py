@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness.config.plan import open_queue
 from harness.config.rundir import Cell, RunDir
-from harness.queue.leases import LeaseQueue
 from harness.queue.listing import scan
 from harness.queue.units import Unit, split
 
@@ -51,7 +51,7 @@ def count_fs_ops() -> Counter:
 
 
 def worker(run: RunDir, units: list[Unit], wid: int, durations: dict[str, float], gate, out) -> None:
-    queue = LeaseQueue(run, units, f"bench{wid}", random.Random(wid))
+    queue = open_queue(run, f"bench{wid}", units, random.Random(wid))
     counts = count_fs_ops()
     gate.wait()
     claims, last_done, in_queue, overshoot = 0, 0.0, 0.0, 0.0
@@ -122,7 +122,7 @@ def makespan(args: argparse.Namespace, unit_seeds: int) -> tuple[float, float]:
     """(makespan / ideal, ideal seconds) of the skewed workload cut into units of `unit_seeds`."""
     units, durations = [], {}
     for cell, count, factor in skewed_cells(args.cells, args.seeds, args.skew, random.Random(7)):
-        for unit in split(cell, list(range(count)), unit_seeds, "bench"):
+        for unit in split(cell.scene, cell.task, f"{cell.scene}_bench", list(range(count)), unit_seeds):
             units.append(unit)
             durations[unit.key] = len(unit.seeds) * args.episode_s * factor
     ideal = max(sum(durations.values()) / args.workers, max(durations.values()))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness.config import knobs
 from harness.episode.bench import load_benchmark
-from harness.episode.simclient import SimClient, Unit
+from harness.episode.simclient import SimClient, SimJob
 from harness.wire.client import PolicyClient
 from harness.wire.errors import PeerClosed, WireError
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, WireError, OSError) as exc:
         print(f"eval_policy_client: cannot start: {exc}", file=sys.stderr)
         return 2
-    unit = Unit(args.run_dir, args.scene, args.task, args.seeds, args.writer_id, args.progress_file)
+    unit = SimJob(args.run_dir, args.scene, args.task, args.seeds, args.writer_id, args.progress_file)
     with client:
         try:
             SimClient(bench, client, unit).run(report=lambda line: print(line, flush=True))

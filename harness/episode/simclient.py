@@ -33,7 +33,9 @@ ERROR_TEXT_MAX = 300
 
 
 @dataclass
-class Unit:
+class SimJob:
+    """What one sim client run is asked to do: some seeds of one cell, and where to write."""
+
     run_dir: Path
     scene: str
     task: str
@@ -49,23 +51,23 @@ class Timing:
 
 
 class SimClient:
-    """Runs a unit's seeds; `client` is a connected PolicyClient (hello not yet sent)."""
+    """Runs a job's seeds; `client` is a connected PolicyClient (hello not yet sent)."""
 
-    def __init__(self, bench: Benchmark, client: PolicyClient, unit: Unit) -> None:
-        self.bench, self.client, self.unit = bench, client, unit
+    def __init__(self, bench: Benchmark, client: PolicyClient, job: SimJob) -> None:
+        self.bench, self.client, self.job = bench, client, job
         self.bench_config = knobs.get("BENCH_CONFIG")
-        self.task_config = task_config_name(unit.scene, self.bench_config)
+        self.task_config = task_config_name(job.scene, self.bench_config)
         self.record_video = knobs.get_bool("RECORD_VIDEO")
         self.server_spec: dict[str, Any] | None = None
 
     def run(self, report: Any = print) -> list[dict[str, Any]]:
         records = []
-        for seed in self.unit.seeds:
+        for seed in self.job.seeds:
             record = self.run_seed(seed)
             records.append(record)
             verdict = record["error"] or ("success" if record["success"] else "fail")
             took = f"{record['steps']} steps, {record['wall_s']:.1f} s"
-            report(f"{self.unit.task} {self.task_config} seed {seed}: {verdict} ({took})")
+            report(f"{self.job.task} {self.task_config} seed {seed}: {verdict} ({took})")
         return records
 
     def run_seed(self, seed: int) -> dict[str, Any]:
@@ -75,12 +77,12 @@ class SimClient:
         self._progress(seed, 0)
         episode: Episode | None = None
         try:
-            episode = self.bench.make_episode(self.unit.task, self.bench_config, seed)
+            episode = self.bench.make_episode(self.job.task, self.bench_config, seed)
         except Exception as exc:  # the simulator could not build this seed: record it, move on
             error = _error_text(exc)
         timing.sim_s += time.monotonic() - started
         if self.server_spec is None:  # first episode: agree with the server (a mismatch ends the unit)
-            fallback = {"benchmark": knobs.get("BENCHMARK"), "task": self.unit.task}
+            fallback = {"benchmark": knobs.get("BENCHMARK"), "task": self.job.task}
             self.server_spec = self.client.hello(dict(episode.spec) if episode is not None else fallback)
         video = VideoWriter(self._video_path(seed)) if self.record_video and episode is not None else None
         if episode is not None:
@@ -111,7 +113,7 @@ class SimClient:
         self, episode: Episode, seed: int, timing: Timing, video: VideoWriter | None
     ) -> tuple[int, bool]:
         runner = ChunkRunner.from_knobs(episode.action_dim)
-        self.client.reset(self.unit.task, self.task_config, episode.instruction, seed)
+        self.client.reset(self.job.task, self.task_config, episode.instruction, seed)
         if video is not None:
             video.add(episode.video_frame())
         steps = 0
@@ -145,20 +147,20 @@ class SimClient:
     ) -> dict[str, Any]:  # fmt: skip
         spec = self.server_spec or {}
         return {
-            "task": self.unit.task, "scene": self.unit.scene, "task_config": self.task_config,
+            "task": self.job.task, "scene": self.job.scene, "task_config": self.task_config,
             "seed": int(seed), "success": bool(success), "hard_success": bool(success and not collided),
             "error": error, "steps": steps, "wall_s": round(time.monotonic() - started, 3),
             "sim_s": round(timing.sim_s, 3), "model_s": round(timing.model_s, 3),
             "policy": spec.get("policy", ""), "ckpt": spec.get("ckpt", ""),
-            "host": socket.gethostname(), "worker": self.unit.writer_id, "sim_version": self.bench.version,
+            "host": socket.gethostname(), "worker": self.job.writer_id, "sim_version": self.bench.version,
             "contract": os.environ.get("EVAL_CONTRACT"), "video": video,
             "finished_at": datetime.now(UTC).isoformat(timespec="microseconds"),
         }  # fmt: skip
 
     def _result_dir(self) -> Path:
         spec = self.server_spec or {}
-        return RunDir(self.unit.run_dir).result_dir(
-            self.unit.task, spec.get("policy", ""), self.task_config, spec.get("ckpt", "")
+        return RunDir(self.job.run_dir).result_dir(
+            self.job.task, spec.get("policy", ""), self.task_config, spec.get("ckpt", "")
         )
 
     def _video_path(self, seed: int) -> Path:
@@ -166,16 +168,16 @@ class SimClient:
 
     def _metrics_file(self) -> Path:
         spec = self.server_spec or {}
-        return RunDir(self.unit.run_dir).metrics_file(
-            self.unit.task,
+        return RunDir(self.job.run_dir).metrics_file(
+            self.job.task,
             spec.get("policy", ""),
             self.task_config,
             spec.get("ckpt", ""),
-            self.unit.writer_id,
+            self.job.writer_id,
         )
 
     def _progress(self, seed: int, step: int) -> None:
-        path = self.unit.progress_file
+        path = self.job.progress_file
         if path is None:
             return
         tmp = path.with_name(path.name + ".tmp")

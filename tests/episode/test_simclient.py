@@ -11,7 +11,7 @@ import pytest
 
 from harness.config.rundir import RunDir
 from harness.episode.records import read_tree
-from harness.episode.simclient import SimClient, Unit
+from harness.episode.simclient import SimClient, SimJob
 from harness.wire.errors import RemoteError
 
 
@@ -91,7 +91,7 @@ def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[dict]
     monkeypatch.setenv("EVAL_CONTRACT", "abc123")
     plan = {0: (3, None), 1: (None, 3), 2: (None, None), 3: (1, None), 4: ("build", "fails"), 5: (1, None)}
     bench = ScriptedBench(plan)
-    unit = Unit(tmp_path / "run", "table", "T", list(plan), "w7", tmp_path / "progress.json")
+    unit = SimJob(tmp_path / "run", "table", "T", list(plan), "w7", tmp_path / "progress.json")
     client = SimClient(bench, ScriptedPolicy(), unit)
     return client.run(report=lambda line: None), tmp_path, bench
 

@@ -4,8 +4,8 @@ Each task class is subclassed once (cached) with three additions, all driven by 
 same (task, config, seed) builds the same scene in any process: N collidable distractor boxes placed
 away from the task objects, a per-seed jitter of the sensor cameras and light intensity, and a
 `ContactMonitor` fed after every physics substep (HSR). One env is made per episode (a reused env
-drifts: replayed actions diverge from the first run in about half the seeds); one render system is held for the life of the process so
-only the first env pays the 6-8 s lavapipe start-up.
+drifts: replayed actions diverge from the first run in about half the seeds); one render system is
+held for the life of the process so only the first env pays the 6-8 s lavapipe start-up.
 """
 
 from __future__ import annotations
