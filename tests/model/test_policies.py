@@ -9,6 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from harness.model.policyload import PolicyError, episode_seed, load_policy, parse_override
+from harness.wire.errors import RemoteError
 from support.wirekit import (
     REPO,
     SPEC,
@@ -19,9 +22,6 @@ from support.wirekit import (
     start_server_process,
     stop_process,
 )
-
-from harness.model.policyload import PolicyError, episode_seed, load_policy, parse_override
-from harness.wire.errors import RemoteError
 
 
 def test_hold_returns_current_pose_dual_arm() -> None:

@@ -14,7 +14,6 @@ from pathlib import Path
 import msgpack
 import numpy as np
 import pytest
-from support.wirekit import NOISY, SPEC, client, episode, obs, raw_connect, raw_recv, raw_send, running_server
 
 import harness.model.server
 from harness.model.policyload import load_policy
@@ -23,6 +22,7 @@ from harness.wire.client import PolicyClient
 from harness.wire.codecs import JsonCodec, MsgpackCodec
 from harness.wire.errors import RemoteError, WireError
 from harness.wire.readyfile import read_ready
+from support.wirekit import NOISY, SPEC, client, episode, obs, raw_connect, raw_recv, raw_send, running_server
 
 
 @pytest.mark.parametrize("codec", ["msgpack", "json"])

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.results_fixtures import new_run, record, write_records
 
 from harness.results import ResultsError
 from harness.results.compare import compare
 from harness.results.load import load_run
+from support.results_fixtures import new_run, record, write_records
 
 REPO = Path(__file__).resolve().parents[2]
 B_SUCCESS = {0, 1, 3, 4, 5, 7, 8}

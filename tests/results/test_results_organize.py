@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.results_fixtures import append_raw, dumps, new_run, record, write_records
 
 from harness.results import ResultsError
 from harness.results.organize import Options, organize
 from harness.results.stats import PairedTest, Rate, wilson
+from support.results_fixtures import append_raw, dumps, new_run, record, write_records
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support.results_fixtures import new_run, record, write_records
 
 from harness.results.organize import Options, organize
+from support.results_fixtures import new_run, record, write_records
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [

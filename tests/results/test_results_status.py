@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from support.results_fixtures import record, write_records
 
 from harness.config.create import create_run
 from harness.config.plan import open_queue
@@ -24,6 +23,7 @@ from harness.config.rundir import RunDir
 from harness.queue.units import Unit
 from harness.results.status import collect, planned_units
 from harness.results.status_view import render
+from support.results_fixtures import record, write_records
 
 REPO = Path(__file__).resolve().parents[2]
 CELLS = ["table pick_cube", "table push_cube", "shelf stack", "shelf open_drawer", "shelf close_drawer"]

@@ -13,10 +13,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from support.poolkit import check_finished, make_run, pool_env, start_worker, stop_group
-
 from harness.config.rundir import RunDir
 from harness.queue.listing import scan
+from support.poolkit import check_finished, make_run, pool_env, start_worker, stop_group
 
 WORKERS = 8
 CRASH_LIMIT = 4  # high enough that a unit hit by the killer 4 times is (very) unlikely

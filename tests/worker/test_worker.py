@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
-from support.poolkit import REPO, check_finished, make_run, pool_env, start_worker, stop_group, wait_for
 
 from harness.episode.records import read_tree
 from harness.queue import slurmjob
 from harness.queue.listing import scan
 from harness.worker.loop import Worker
+from support.poolkit import REPO, check_finished, make_run, pool_env, start_worker, stop_group, wait_for
 
 
 def _run_pool(env: dict[str, str], n: int, logs: Path, timeout: float = 120) -> None:
