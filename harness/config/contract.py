@@ -122,7 +122,11 @@ def _sim_pin_problems(sim_pin: str) -> list[str]:
     return problems
 
 
-def verify_environment(run_dir: Path | str, env: Mapping[str, str] = os.environ) -> str:
+def verify_environment(
+    run_dir: Path | str, env: Mapping[str, str] = os.environ, check_pin: bool = True
+) -> str:
+    """The contract hash, after checking `env` against the run's manifest (`check_pin`: also that this
+    Python has SIM_PIN installed, which only a node's staged sim env has)."""
     run = RunDir(Path(run_dir))
     manifest = load_manifest(run.root)
     cells = read_queue(run.queue)
@@ -145,7 +149,8 @@ def verify_environment(run_dir: Path | str, env: Mapping[str, str] = os.environ)
             f"EVAL_TEST_NUM: run.yaml allows {limit} for SEEDS_ROOT={seeds_root!r}, the environment has {n}; "
             "raise it with a fill-in (orchestrators/fillin.sh)"
         )
-    differences += _sim_pin_problems(actual["knobs"]["SIM_PIN"])
+    if check_pin:
+        differences += _sim_pin_problems(actual["knobs"]["SIM_PIN"])
     if differences:
         raise ContractMismatch(
             f"the environment does not match the run's contract ({run.manifest}):", differences

@@ -20,6 +20,7 @@ from harness.config import knobs
 from harness.config.paths import CODE_ROOT, run_dir
 from harness.config.rundir import RunDir
 from harness.launch import pools
+from harness.launch.preflight import check_run, first_refusal
 from harness.results.organize import default_out
 from harness.results.status import collect
 
@@ -54,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("set STUDY_RUN to the run dir name under $RUNS_ROOT (create it with scripts/new_run.py)")
     run = RunDir(run_dir(study))
     eval_root = Path(os.environ.get("EVAL_ROOT") or CODE_ROOT)
+    refused = check_run(run)
+    if refused:
+        print(f"[pool] refusing to start on {run.root}: {refused}", file=sys.stderr)
+        return 2
     pools.stop_on_signals()
     try:
         started = pools.start(pools.Pool(run, args.nodes, dict(os.environ), "local"), "local", eval_root)
@@ -70,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         pools.terminate_all()
     print(progress_line(run), flush=True)
     print(f"[pool] nodes finished with status {code}; logs in {run.logs}", flush=True)
+    if code != 0 and (refusal := first_refusal(run.logs)):
+        print(f"[pool] a worker refused: {refusal}", file=sys.stderr)
+        return 2
     if code == 0 and args.results:
         scripts = eval_root / "scripts"
         code = subprocess.call(

@@ -13,6 +13,7 @@ from pathlib import Path
 from harness.config.create import create_run
 from harness.config.knobs import QUEUE_MODES, contract_knobs, get_choice
 from harness.config.manifest import Manifest, ManifestError
+from harness.config.paths import bundle_root, resolve_checkpoint
 from harness.config.rundir import read_queue
 from harness.episode.bench import load_benchmark
 from harness.model.policyload import PolicyError, policy_dir
@@ -24,6 +25,11 @@ def check_runnable(queue_file: Path | str, env: Mapping[str, str] = os.environ) 
     try:
         get_choice("QUEUE_MODE", QUEUE_MODES, env)
         policy_dir(knobs["POLICY"])
+        if knobs["CKPT_NAME"] and resolve_checkpoint(knobs["CKPT_NAME"], env) is None:
+            raise ValueError(
+                f"CKPT_NAME={knobs['CKPT_NAME']!r}: neither a path nor a directory under "
+                f"{bundle_root(env) / 'checkpoints'} (models load from local directories only)"
+            )
         bench = load_benchmark(knobs["BENCHMARK"])
         for cell in read_queue(Path(queue_file)):
             bench.check(cell.task, knobs["BENCH_CONFIG"])

@@ -12,11 +12,15 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from harness.queue.owner import start_ticks
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -73,3 +77,17 @@ def stop(proc: subprocess.Popen, grace_s: float = 5.0) -> int:
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)
+
+
+def sweep_dead_temp_dirs(prefix: str) -> list[Path]:
+    """Remove the temp dirs `<tmp>/<prefix><pid>-*` whose pid is gone (a SIGKILLed worker cannot
+    clean up after itself); the dirs removed. A dir of a live pid is left alone."""
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
+        pid = path.name[len(prefix) :].split("-", 1)[0]
+        if not pid.isdigit() or start_ticks(int(pid)) is not None:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+

@@ -26,7 +26,6 @@ from types import FrameType
 
 from harness.config import knobs
 from harness.config.contract import verify_environment
-from harness.config.manifest import ContractMismatch, ManifestError
 from harness.config.paths import run_dir
 from harness.config.plan import open_queue
 from harness.config.rundir import RunDir
@@ -34,9 +33,12 @@ from harness.episode.records import RecordSet, append_record, read_tree
 from harness.queue import slurmjob
 from harness.queue.leases import Lease, LeaseQueue
 from harness.queue.units import Unit
+from harness.worker import children
 from harness.worker.model_server_process import ModelServerError, ModelServerProcess
 from harness.worker.sim_process import SimOutcome, read_progress, run_sim
 
+MAX_SERVER_RESTARTS = 3  # a model server that keeps dying stops its worker (exit 1), not the run
+TEMP_PREFIX = "eval-worker-"  # + pid: a SIGKILLed worker's dir is swept by the next worker here
 SEED_IN_LINE = re.compile(r"\bseed (\d+)\b")
 
 
@@ -98,7 +100,8 @@ class Worker:
         self.run, self.worker_id = run, worker_id
         self.log = WorkerLog(worker_id)
         self.stop = threading.Event()
-        self.tmp = Path(tempfile.mkdtemp(prefix=f"eval-worker-{os.getpid()}-"))
+        children.sweep_dead_temp_dirs(TEMP_PREFIX)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-"))
         self.env = dict(os.environ)
         log = run.logs / f"server-{worker_id}.log"
         self.server = ModelServerProcess(self.tmp / "ready.json", log, self.env)
@@ -131,10 +134,10 @@ class Worker:
         try:
             knobs.get_choice("QUEUE_MODE", knobs.QUEUE_MODES)
             self.verify()
-        except (ContractMismatch, ManifestError, ValueError) as exc:
+            queue = open_queue(self.run, self.worker_id)  # a bad queue file or seed bank: refused
+        except ValueError as exc:  # ContractMismatch, ManifestError, QueueFileError, SeedBankError, knobs
             self.log(f"refusing to run: {exc}")
             return 2
-        queue = open_queue(self.run, self.worker_id)
         units = queue.units
         end = slurmjob.allocation_end()
         self.log(f"run {self.run.root}: {len(units)} units; allocation ends {end or 'never'}")
@@ -172,6 +175,7 @@ class Worker:
     def run_unit(self, queue: LeaseQueue, lease: Lease) -> None:
         unit = lease.unit
         info = self.server.ensure(knobs.get_float("MODEL_START_TIMEOUT"))
+        starts = self.server.starts
         result_dir = self.run.result_dir(unit.task, info["policy"], unit.task_config, info.get("ckpt", ""))
         resume = knobs.get_bool("EVAL_RESUME_SEEDS")
         todo = missing_seeds(result_dir, unit) if resume else list(unit.seeds)
@@ -189,9 +193,12 @@ class Worker:
             self.log("done" if ok else "lease lost before marking done: not marked", unit)
             return
         reason = error or f"{len(left)} seeds errored"
-        if not self.server.alive():
+        if not self.server.alive() or self.server.starts != starts:
             self.log(f"model server died during the unit ({reason}): retrying later, not a crash", unit)
             queue.mark(lease, done=False)
+            if self.server.starts - 1 >= MAX_SERVER_RESTARTS:
+                died = self.server.starts - 1
+                raise ModelServerError(f"model server died {died} times: see {self.server.log}")
         elif queue.release_errored(lease, reason):
             self.log(f"quarantined after {queue.crashes[unit.key]} errored attempts: {reason}", unit)
         else:
@@ -209,8 +216,9 @@ class Worker:
             cancel = [self.stop, lease.lost]
             relay = self.sim_line_logger(unit)
             outcome = run_sim(
-                self.sim_argv(unit, todo), self.env, relay, self.progress, stall, deadline, cancel
-            )
+                self.sim_argv(unit, todo), self.env, relay, self.progress, stall, deadline, cancel,
+                peer_alive=self.server.alive,
+            )  # fmt: skip
             records = read_tree(result_dir).records
             recorded = {  # seeds this run of the client wrote a record for
                 s
@@ -243,7 +251,9 @@ class Worker:
                 unit.task, info["policy"], unit.task_config, info.get("ckpt", ""), f"{self.worker_id}.worker"
             )
             append_record(path, errored_record(unit, seed, why, info, self.worker_id, wall_s))
-        self.log(f"{why}: episode recorded as errored", unit, seed)
+            self.log(f"{why}: episode recorded as errored", unit, seed)
+        else:
+            self.log(f"{why}: no episode was running, nothing recorded", unit, seed)
         return why
 
     def sim_line_logger(self, unit: Unit) -> Callable[[str], None]:

@@ -24,7 +24,7 @@ POLL_S = 0.2
 @dataclass
 class SimOutcome:
     returncode: int
-    killed: str | None  # why the worker killed it: "stalled", "unit timeout", "cancelled"
+    killed: str | None  # why the worker killed it: stalled, unit timeout, cancelled, model server died
     seed: int | None  # the seed running at the end (from the progress file), if any
 
 
@@ -46,9 +46,11 @@ def run_sim(
     stall_s: float,
     deadline: float,
     cancel: list[threading.Event],
+    peer_alive: Callable[[], bool] | None = None,
 ) -> SimOutcome:
     """Run the client to its end, passing each line it prints to `on_line`; kill it on a stall, at
-    `deadline` (monotonic) or on any `cancel` event."""
+    `deadline` (monotonic), on any `cancel` event, or as soon as its peer (the model server) is
+    dead: a client dialling a dead server's stale ready file would otherwise wait for the stall."""
     progress.unlink(missing_ok=True)
     proc = children.spawn(argv, None, env)
     reader = threading.Thread(target=_relay, args=(proc, on_line), daemon=True)
@@ -69,6 +71,8 @@ def run_sim(
             killed = "unit timeout"
         elif any(event.is_set() for event in cancel):
             killed = "cancelled"
+        elif peer_alive is not None and not peer_alive():
+            killed = "model server died"
         if killed:
             children.stop(proc)
             break

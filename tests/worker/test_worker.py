@@ -14,7 +14,9 @@ import pytest
 from harness.episode.records import read_tree
 from harness.queue import slurmjob
 from harness.queue.listing import scan
+from harness.queue.units import Unit
 from harness.worker.loop import Worker
+from harness.worker.sim_process import SimOutcome
 from support.poolkit import REPO, check_finished, make_run, pool_env, start_worker, stop_group, wait_for
 
 
@@ -68,6 +70,33 @@ def test_stalled_episode_is_killed_recorded_and_quarantined(tmp_path: Path) -> N
     assert "quarantined after 2 errored attempts" in log
 
 
+def test_a_model_server_dead_after_start_is_seen_at_once_and_is_not_a_crash(tmp_path: Path) -> None:
+    """The sim client would dial the dead server's stale ready file until STALL_TIMEOUT (issue 15.3)."""
+    run = make_run(tmp_path / "run", [("s", "t0")])
+    env = pool_env(run, STALL_TIMEOUT="120", SLEEP_POLICY_DIE_ONCE=str(tmp_path / "died"))
+    started = time.monotonic()
+    _run_pool(env, 1, tmp_path, timeout=60)
+    assert time.monotonic() - started < 45  # not a STALL_TIMEOUT wait
+    check_finished(run, env, set())
+    log = (tmp_path / "w0.log").read_text()
+    assert "model server died: episode recorded as errored" in log
+    assert "model server died during the unit" in log and "errored attempt" not in log
+    assert not list(run.leases.glob("*.crash.*"))  # not counted as an attempt of the unit
+
+
+def test_a_killed_sim_whose_episode_was_recorded_writes_nothing_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = make_run(tmp_path / "run", [("s", "t0")])
+    worker = Worker(run, "w0")
+    unit = Unit("s", "t0", "s_clean", 0, 2, (0, 1))
+    outcome = SimOutcome(returncode=-9, killed="stalled", seed=1)  # seed 1 had been recorded already
+    assert worker.after_sim(unit, outcome, [0, 1], {0, 1}, {"policy": "sleep"}, 1.0) == "stalled"
+    log = capsys.readouterr().err
+    assert "stalled: no episode was running, nothing recorded" in log and "recorded as errored" not in log
+    assert read_tree(run.results).records == {}
+
+
 def test_sigterm_releases_the_lease_and_exits_cleanly(tmp_path: Path) -> None:
     run = make_run(tmp_path / "run", [("s", f"t{i}") for i in range(3)])
     env = pool_env(run, FASTBENCH_STEPS="40", FASTBENCH_STEP_MS="100")  # 4 s episodes
@@ -88,11 +117,10 @@ def test_sigterm_releases_the_lease_and_exits_cleanly(tmp_path: Path) -> None:
 
 def test_local_pool_runs_node_scripts_over_one_queue(tmp_path: Path) -> None:
     run = make_run(tmp_path / "runs" / "demo", [(f"scene{i % 2}", f"task{i}") for i in range(8)])
-    env = pool_env(
-        run, UNIT_SEEDS="1", STAGE_ENVS="none", NODE_CACHE=str(tmp_path / "cache"), CPU_WORKERS="2"
-    )
+    env = pool_env(run, UNIT_SEEDS="1", NODE_CACHE=str(tmp_path / "cache"), CPU_WORKERS="2")
     env.update(RUNS_ROOT=str(tmp_path / "runs"), STUDY_RUN="demo")
     del env["RUN_DIR"]
+    env.pop("STAGE_ENVS", None)  # the local pool's own default: run the envs in place
     done = subprocess.run(
         ["bash", str(REPO / "scripts" / "run_local.sh"), "2"],
         env=env,
@@ -105,6 +133,8 @@ def test_local_pool_runs_node_scripts_over_one_queue(tmp_path: Path) -> None:
     check_finished(run, env, set())
     writers = {record["worker"] for record in read_tree(run.results).records.values()}
     assert writers and all(w.startswith("local-") and "-n" in w for w in writers)  # one id per node worker
+    node_logs = "".join(log.read_text() for log in run.logs.glob("node-*.log"))
+    assert "[stage] copying" not in node_logs and not (tmp_path / "cache" / "env").exists()
 
 
 def test_time_aware_claims_inside_an_allocation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

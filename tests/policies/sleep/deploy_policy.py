@@ -1,10 +1,17 @@
 """Test double: a policy that only sleeps (load_s once, infer_ms per chunk) and returns zeros, so
-queue and worker tests exercise a real model server without a model."""
+queue and worker tests exercise a real model server without a model.
+
+SLEEP_POLICY_DIE_ONCE=<path>: the first server to load (the one that creates <path>) exits on its
+own as soon as it has published its ready file, before any client connects: a server that dies
+right after it came up."""
 
 from __future__ import annotations
 
 import os
+import sys
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,8 +27,23 @@ class Sleeper:
         return np.zeros(self.shape, np.float32)
 
 
+def _exit_once_ready() -> None:
+    ready = Path(sys.argv[sys.argv.index("--ready-file") + 1])
+    while not ready.exists():
+        time.sleep(0.01)
+    os._exit(1)
+
+
 def get_model(usr_args: dict[str, Any]) -> Sleeper:
     time.sleep(float(usr_args.get("load_s", 0)))
+    marker = os.environ.get("SLEEP_POLICY_DIE_ONCE")
+    if marker:
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            pass
+        else:
+            threading.Thread(target=_exit_once_ready, daemon=True).start()
     return Sleeper(usr_args)
 
 
