@@ -34,6 +34,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--writer-id", required=True, help="this writer's id: names its own metrics file")
     p.add_argument("--progress-file", type=Path, help='replaced each step with {"seed": N, "step": K}')
+    p.add_argument("--worker-pid", type=int, help="start no new episode while this process is stopped")
     p.add_argument(
         "--connect-timeout", type=float, default=300.0, help="seconds to wait for the server (300)"
     )
@@ -56,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, WireError, OSError) as exc:
         print(f"eval_policy_client: cannot start: {exc}", file=sys.stderr)
         return 2
-    unit = SimJob(args.run_dir, args.scene, args.task, args.seeds, args.writer_id, args.progress_file)
+    unit = SimJob(
+        args.run_dir, args.scene, args.task, args.seeds, args.writer_id, args.progress_file, args.worker_pid
+    )
     with client:
         try:
             SimClient(bench, client, unit).run(report=lambda line: print(line, flush=True))

@@ -42,6 +42,9 @@ class SimJob:
     seeds: list[int]
     writer_id: str
     progress_file: Path | None = None
+    # The worker that started this client: while it is stopped (SIGSTOP, a frozen VM) its lease may be
+    # reaped and the unit run by another worker, so no new episode starts until it runs again.
+    worker_pid: int | None = None
 
 
 @dataclass
@@ -63,6 +66,9 @@ class SimClient:
     def run(self, report: Any = print) -> list[dict[str, Any]]:
         records = []
         for seed in self.job.seeds:
+            if self.job.worker_pid is not None and process_stopped(self.job.worker_pid):
+                report(f"worker pid {self.job.worker_pid} is stopped: ending before seed {seed}")
+                break
             record = self.run_seed(seed)
             records.append(record)
             verdict = record["error"] or ("success" if record["success"] else "fail")
@@ -192,3 +198,13 @@ def _error_text(exc: BaseException) -> str:
 def _close_quietly(episode: Episode) -> None:
     with contextlib.suppress(Exception):  # closing a broken simulator must not hide the episode's error
         episode.close()
+
+
+def process_stopped(pid: int) -> bool:
+    """True while process `pid` is stopped (state T or t in /proc/<pid>/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2 :][:1] in (b"T", b"t")

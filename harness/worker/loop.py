@@ -209,7 +209,8 @@ class Worker:
         unit = lease.unit
         deadline = time.monotonic() + knobs.get_float("PER_TASK_TIMEOUT")
         todo, error = list(seeds), None
-        while todo and not self.stop.is_set() and not lease.lost.is_set():
+        # a beat before each client: a worker resumed from a freeze learns at once that it lost the lease
+        while todo and not self.stop.is_set() and lease.beat():
             info = self.server.ensure(knobs.get_float("MODEL_START_TIMEOUT"))
             started, since = time.time(), now_iso()
             stall = knobs.get_float("STALL_TIMEOUT")
@@ -272,6 +273,7 @@ class Worker:
             "--run-dir", str(self.run.root), "--scene", unit.scene, "--task", unit.task,
             "--seeds", *map(str, seeds), "--ready-file", str(self.server.client_ready_file),
             "--writer-id", self.worker_id, "--progress-file", str(self.progress),
+            "--worker-pid", str(os.getpid()),
         ]  # fmt: skip
 
 

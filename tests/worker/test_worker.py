@@ -3,10 +3,12 @@ benchmark), lease queue. Resume and fill-in, stall handling and quarantine, SIGT
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -82,6 +84,39 @@ def test_a_model_server_dead_after_start_is_seen_at_once_and_is_not_a_crash(tmp_
     assert "model server died: episode recorded as errored" in log
     assert "model server died during the unit" in log and "errored attempt" not in log
     assert not list(run.leases.glob("*.crash.*"))  # not counted as an attempt of the unit
+
+
+def test_a_frozen_worker_starts_no_episode_while_another_worker_takes_its_unit(tmp_path: Path) -> None:
+    """SIGSTOP past LEASE_TTL: its sim client used to record on through the freeze (issue 15.8)."""
+    run = make_run(tmp_path / "run", [("s", "t0")])
+    env = pool_env(run, EVAL_TEST_NUM="8", LEASE_TTL="3", LEASE_SKEW_S="0.5", FASTBENCH_STEPS="10",
+                   FASTBENCH_STEP_MS="100")  # fmt: skip  (1 s episodes)
+    frozen = start_worker(env, "w0", tmp_path / "w0.log")
+    other = None
+    try:
+        wait_for(lambda: "seed 0:" in (tmp_path / "w0.log").read_text(), 60, "w0's first episode")
+        os.kill(frozen.pid, signal.SIGSTOP)
+        stopped_at = time.time()
+        other = start_worker(env, "w1", tmp_path / "w1.log")
+        assert other.wait(60) == 0  # reaps w0's lease after LEASE_TTL and runs the unit
+        resumed_at = time.time()
+        os.kill(frozen.pid, signal.SIGCONT)
+        assert frozen.wait(60) == 0
+    finally:
+        stop_group(frozen)
+        if other is not None:
+            stop_group(other)
+    check_finished(run, env, set())
+    files = run.results.rglob("_metrics*.jsonl")
+    every = [json.loads(line) for path in files for line in path.read_text().splitlines()]
+    w0 = [r for r in every if r["worker"] == "w0"]
+    during = [r for r in w0 if stopped_at + 1.5 < _epoch(r["finished_at"]) < resumed_at]
+    assert during == []  # at most the episode already running when it froze finished in the freeze
+    assert "lease lost" in (tmp_path / "w0.log").read_text()
+
+
+def _epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
 
 
 def test_a_killed_sim_whose_episode_was_recorded_writes_nothing_and_says_so(

@@ -2,8 +2,8 @@
 queue and worker tests exercise a real model server without a model.
 
 SLEEP_POLICY_DIE_ONCE=<path>: the first server to load (the one that creates <path>) exits on its
-own as soon as it has published its ready file, before any client connects: a server that dies
-right after it came up."""
+own once it has published its ready file and a sim client for it has been started, before that
+client connects: the worker checked the server alive, then it died, leaving a stale ready file."""
 
 from __future__ import annotations
 
@@ -27,11 +27,22 @@ class Sleeper:
         return np.zeros(self.shape, np.float32)
 
 
-def _exit_once_ready() -> None:
-    ready = Path(sys.argv[sys.argv.index("--ready-file") + 1])
-    while not ready.exists():
-        time.sleep(0.01)
+def _exit_once_a_client_starts() -> None:
+    ready = sys.argv[sys.argv.index("--ready-file") + 1]
+    while not (Path(ready).exists() and _client_started(ready)):
+        time.sleep(0.005)
     os._exit(1)
+
+
+def _client_started(ready: str) -> bool:
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"eval_policy_client.py") for a in args) and ready.encode() in args:
+            return True
+    return False
 
 
 def get_model(usr_args: dict[str, Any]) -> Sleeper:
@@ -43,7 +54,7 @@ def get_model(usr_args: dict[str, Any]) -> Sleeper:
         except FileExistsError:
             pass
         else:
-            threading.Thread(target=_exit_once_ready, daemon=True).start()
+            threading.Thread(target=_exit_once_a_client_starts, daemon=True).start()
     return Sleeper(usr_args)
 
 
