@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         pools.terminate_all()
     print(progress_line(run), flush=True)
+    for warning in collect(run).warnings:  # malformed record lines: named once, at the end
+        print(f"[pool] warning: {warning}", flush=True)
     print(f"[pool] nodes finished with status {code}; logs in {run.logs}", flush=True)
     if code != 0 and (refusal := first_refusal(run.logs)):
         print(f"[pool] a worker refused: {refusal}", file=sys.stderr)

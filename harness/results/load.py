@@ -1,8 +1,9 @@
 """Find a run dir and read its records, refusing what cannot be summarised honestly.
 
 A missing or empty run is an error (an empty table would read as 0%), torn last lines are ignored and
-counted, and records from more than one contract hash are refused unless the caller splits by contract:
-averaging two configs into one number hides that they measured different things.
+counted, malformed records are left out and named by file:line, and records from more than one contract
+hash are refused unless the caller splits by contract: averaging two configs into one number hides that
+they measured different things.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from harness.config.paths import run_dir
 from harness.config.rundir import RunDir
-from harness.episode.records import RecordSet, read_tree
+from harness.episode.records import RecordSet, line_warnings, read_tree
 from harness.results import ResultsError
 
 NO_CONTRACT = "(none)"
@@ -31,20 +32,7 @@ class LoadedRun:
     files: int = 0
 
     def warnings(self) -> list[str]:
-        out = []
-        if self.torn_lines:
-            out.append(
-                f"ignored {len(self.torn_lines)} torn line(s) (a writer died mid-line): "
-                + ", ".join(self.torn_lines[:3])
-                + (" …" if len(self.torn_lines) > 3 else "")
-            )
-        if self.bad_lines:
-            out.append(
-                f"ignored {len(self.bad_lines)} malformed line(s): "
-                + "; ".join(self.bad_lines[:3])
-                + (" …" if len(self.bad_lines) > 3 else "")
-            )
-        return out
+        return line_warnings(self.torn_lines, self.bad_lines)
 
 
 def resolve_run(run: str, runs_root: str | None = None) -> RunDir:

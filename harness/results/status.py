@@ -82,8 +82,7 @@ def collect(run: RunDir, now: float | None = None) -> Status:
     units, source = planned_units(run)
     status = Status(run, queue_states(run, units), source)
     found = read_tree(run.results)
-    if found.torn_lines:
-        status.warnings.append(f"{len(found.torn_lines)} torn line(s) ignored (a writer died mid-line)")
+    status.warnings += found.warnings()  # torn lines, and each malformed record by file:line
     planned = [found.records.get((u.task, u.task_config, s)) for u in units for s in u.seeds]
     status.planned = len(planned)
     records = [r for r in planned if r is not None]

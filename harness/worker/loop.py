@@ -212,7 +212,7 @@ class Worker:
         # a beat before each client: a worker resumed from a freeze learns at once that it lost the lease
         while todo and not self.stop.is_set() and lease.beat():
             info = self.server.ensure(knobs.get_float("MODEL_START_TIMEOUT"))
-            started, since = time.time(), now_iso()
+            started, since = time.monotonic(), now_iso()
             stall = knobs.get_float("STALL_TIMEOUT")
             cancel = [self.stop, lease.lost]
             relay = self.sim_line_logger(unit)
@@ -226,7 +226,7 @@ class Worker:
                 for s in todo
                 if str(records.get((unit.task, unit.task_config, s), {}).get("finished_at", "")) >= since
             }
-            error = self.after_sim(unit, outcome, todo, recorded, info, time.time() - started) or error
+            error = self.after_sim(unit, outcome, todo, recorded, info, time.monotonic() - started) or error
             attempted = recorded | ({outcome.seed} if outcome.seed is not None else set())
             if not attempted & set(todo) or outcome.killed == "unit timeout":
                 break  # the client could not run at all, or the unit is out of time

@@ -83,3 +83,9 @@ def new_run(root: Path, name: str = "run1") -> RunDir:
 
 def dumps(rec: dict[str, Any]) -> str:
     return json.dumps(rec, sort_keys=True)
+
+
+def append_line(run: RunDir, task: str, task_config: str, text: str, writer: str = "w0") -> str:
+    """Append one whole (newline-terminated) line to a writer's metrics file; returns its "file:line"."""
+    path = append_raw(run, task, task_config, text + "\n", writer)
+    return f"{path}:{len(path.read_bytes().splitlines())}"
