@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -83,8 +82,7 @@ def measure(ready: Path, names: list[str], iters: int) -> dict[str, float]:
     obs = observation()
     clients = {}
     for name in names:
-        os.environ["WIRE_CODEC"] = name
-        clients[name] = PolicyClient.from_ready_file(ready, timeout_s=60)
+        clients[name] = PolicyClient.from_ready_file(ready, timeout_s=60, codec=name)
         clients[name].hello(SPEC)
         assert type(clients[name]._codec) is codecs.CODECS[name]
         clients[name].reset("bench", "bench", "hold still", 0)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's harness
 
+from harness.config.failures import run_command
 from harness.launch.submit import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("submit", main))

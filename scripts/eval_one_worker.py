@@ -19,6 +19,7 @@ import os
 import sys
 from pathlib import Path
 
+from harness.config.failures import run_command
 from harness.config.manifest import ContractMismatch, ManifestError
 from harness.config.paths import run_dir
 from harness.config.rundir import QueueFileError, RunDir
@@ -47,4 +48,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("eval_one_worker", main))

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from harness.config import knobs
+from harness.config.failures import run_command
 from harness.episode.bench import load_benchmark
 from harness.episode.simclient import SimClient, SimJob
 from harness.wire.client import PolicyClient
@@ -73,4 +74,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("eval_policy_client", main))

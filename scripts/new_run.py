@@ -17,6 +17,7 @@ import argparse
 import sys
 
 from harness.config.contract import verify_environment
+from harness.config.failures import run_command
 from harness.config.fillin import record_fillin
 from harness.config.manifest import ContractMismatch, Manifest, ManifestError, contract_hash
 from harness.config.paths import run_dir
@@ -67,4 +68,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("new_run", main))

@@ -16,6 +16,7 @@ import threading
 from types import FrameType
 
 from harness.config import knobs
+from harness.config.failures import run_command
 from harness.model.policyload import PolicyError, load_policy
 from harness.model.server import ModelServer, connect_out
 from harness.wire.errors import WireError
@@ -80,4 +81,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("policy_model_server", main))

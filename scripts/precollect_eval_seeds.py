@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from harness.config import knobs
+from harness.config.failures import run_command
 from harness.launch.precollect import Pair, run_pairs, write_queue
 
 SHIPPED_TASKS = [
@@ -96,4 +97,4 @@ def _check_names(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("precollect_eval_seeds", main))

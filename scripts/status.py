@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console
 from rich.live import Live
 
+from harness.config.failures import run_command
 from harness.results import ResultsError
 from harness.results.load import resolve_run
 from harness.results.status import collect
@@ -51,4 +52,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("status", main))

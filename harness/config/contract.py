@@ -75,9 +75,17 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def diff_contracts(expected: dict[str, Any], actual: dict[str, Any], actual_label: str) -> list[str]:
-    """One line per differing leaf, naming it and both values."""
-    want, have = _flatten(expected), _flatten(actual)
+    """One line per differing leaf, naming it and both values (one line for a section one side lacks)."""
     lines = []
+    for section in sorted(set(expected) | set(actual)):
+        if isinstance(expected.get(section), dict) != isinstance(actual.get(section), dict):
+            recorded = isinstance(expected.get(section), dict)
+            gone = f"run.yaml has one, {actual_label} has none" if recorded else "run.yaml has none"
+            hint = " (does CKPT_NAME still name a checkpoint on disk?)" if section == "checkpoint" else ""
+            lines.append(f"{section}: {gone}{hint}")
+            expected = {k: v for k, v in expected.items() if k != section}
+            actual = {k: v for k, v in actual.items() if k != section}
+    want, have = _flatten(expected), _flatten(actual)
     for key in sorted(set(want) | set(have)):
         a, b = want.get(key), have.get(key)
         if a != b:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from harness.config.failures import run_command
 from harness.wire.frames import DEFAULT_MAX_FRAME
 
 QUEUE_MODES = ("lease",)  # the reference's QUEUE_MODE knob: the lease queue is the only mode
@@ -75,6 +77,13 @@ KNOBS: dict[str, Knob] = {
         Knob("WIRE_MAX_FRAME", str(DEFAULT_MAX_FRAME), "largest accepted frame in bytes", False),
         Knob("MODEL_SERVER_BIND", "127.0.0.1", "model server listen address", False),
         Knob("MODEL_SERVER_HOST", "", "model server address for clients (cross-node)", False),
+        Knob("MODEL_SERVER_MAX_CONNS", "256", "connections a model server holds; more are closed", False),
+        Knob(
+            "MODEL_SERVER_HELLO_TIMEOUT",
+            "30",
+            "seconds a new model server connection has for a successful hello before it is closed",
+            False,
+        ),
         Knob("SIM_AS_SERVER", "0", "1: the sim side listens and the model side connects", False),
         # node
         Knob("NODE_CACHE", "/tmp/eval_node_cache", "node-local cache for staged envs/checkpoints", False),
@@ -169,4 +178,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_command("knobs", main))

@@ -145,6 +145,8 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
             _end_torn_line(fd)
         os.write(fd, line)
         os.fsync(fd)
+    except OSError as exc:  # a full disk: say which file could not take the record
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     finally:
         os.close(fd)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
+from harness.config.failures import run_command
 from harness.config.fillin import record_fillin
 from harness.config.manifest import load_manifest
 from harness.config.paths import run_dir
@@ -47,4 +48,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("fillin", main))

@@ -19,6 +19,7 @@ import os
 import sys
 from collections import Counter
 
+from harness.config.failures import run_command
 from harness.config.paths import run_dir
 from harness.config.plan import open_queue, queue_states
 from harness.config.rundir import RunDir
@@ -94,4 +95,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("leasectl", main))

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from harness.config import knobs
+from harness.config.failures import run_command
 from harness.config.paths import CODE_ROOT, run_dir
 from harness.config.rundir import RunDir
 from harness.launch import pools
@@ -93,4 +94,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("run_local", main))

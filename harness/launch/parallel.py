@@ -19,6 +19,7 @@ import sys
 import threading
 from pathlib import Path
 
+from harness.config.failures import run_command
 from harness.config.manifest import Manifest
 from harness.config.paths import run_dir
 from harness.config.rundir import RunDir
@@ -97,4 +98,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("parallel_models", main))

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.config.failures import Failed
 from harness.config.rundir import RunDir
 
 LAUNCHERS = ("local", "srun")
@@ -28,7 +29,7 @@ _live: set[Started] = set()
 _live_lock = threading.Lock()
 
 
-class LaunchError(RuntimeError):
+class LaunchError(Failed):
     """A pool that could not be started; the message names the launcher and the command."""
 
 

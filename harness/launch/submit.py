@@ -25,6 +25,7 @@ from pathlib import Path
 import submitit
 
 from harness.config import knobs
+from harness.config.failures import run_command
 from harness.config.manifest import Manifest, load_manifest
 from harness.config.paths import CODE_ROOT, run_dir
 from harness.config.rundir import RunDir
@@ -176,4 +177,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("submit", main))

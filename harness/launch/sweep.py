@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
+from harness.config.failures import run_command
 from harness.config.paths import run_dir
 from harness.config.rundir import RunDir
 from harness.launch import cli
@@ -46,4 +47,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("sweep", main))

@@ -22,10 +22,11 @@ from typing import Any
 import numpy as np
 import yaml
 
+from harness.config.failures import Refused
 from harness.config.paths import CODE_ROOT, resolve_checkpoint
 
 
-class PolicyError(Exception):
+class PolicyError(Refused):
     """A policy that cannot be loaded, or whose output breaks the contract."""
 
 

@@ -1,143 +1,134 @@
 """The persistent model server: loads a policy once and serves many sim clients at once.
 
-One thread per connection, each with its own episode state, so a reset on one connection never
-touches another; model calls go through `LoadedPolicy`'s lock and are seeded from (episode seed,
-step), so answers do not depend on how requests from different clients interleave. A bad request
-gets an `error` reply and the connection lives on; a broken stream (oversize frame, mid-frame
-disconnect or stall, wrong token) drops that one connection. The server itself only stops on
+One thread per connection, each with its own `Session` (episode state), so a reset on one
+connection never touches another; model calls go through `LoadedPolicy`'s lock and are seeded from
+(episode seed, step), so answers do not depend on how requests from different clients interleave.
+A bad request gets an `error` reply and the connection lives on; a broken stream (oversize frame,
+mid-frame disconnect or stall, wrong token) drops that one connection, and so does anything but a
+hello with the token before one on a token-protected server. The server itself only stops on
 SIGTERM/SIGINT or `shutdown()`.
+
+Hostile peers are bounded here: at most MODEL_SERVER_MAX_CONNS connections (more are closed at
+once); until its hello succeeds a connection may send frames of HELLO_MAX_FRAME at most and is
+closed after MODEL_SERVER_HELLO_TIMEOUT seconds; a frame body costs memory only as it arrives
+(`harness.wire.frames`); running out of descriptors in accept() is waited out, not fatal. Client
+faults (bad requests, drops) are logged in throttled single lines; only a policy's exception keeps
+its traceback (also throttled).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
 import logging
 import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.config import knobs
 from harness.model.policyload import LoadedPolicy
+from harness.model.session import Drop, PolicyFailed, Session
 from harness.wire import protocol
-from harness.wire.codecs import CODECS, Codec, JsonCodec, get_codec
+from harness.wire.codecs import Codec, JsonCodec
 from harness.wire.errors import PeerClosed, WireError
 from harness.wire.frames import recv_frame, send_frame
-from harness.wire.readyfile import advertised_host, read_ready, remove_ready, run_token, write_ready
+from harness.wire.readyfile import (
+    advertised_host,
+    listen_socket,
+    read_ready,
+    remove_ready,
+    run_token,
+    write_ready,
+)
 
 log = logging.getLogger("model_server")
 
-IDLE_TIMEOUT_S = 3600.0  # a sim client may spend a long time between requests (slow sim steps)
+IDLE_TIMEOUT_S = 3600.0  # a greeted sim client may spend a long time between requests (slow sim steps)
 FRAME_TIMEOUT_S = 60.0  # but once a frame has started, the rest must follow
+HELLO_MAX_FRAME = 1 << 20  # the largest frame before a successful hello (a hello is a few hundred bytes)
+ACCEPT_BACKOFF_S = 0.1  # pause between accept() tries while out of descriptors or buffers
+LOG_EVERY_S = 10.0  # at most one line per this many seconds for client faults, one for policy failures
 
 
-class _Drop(Exception):
-    """End this connection (after an error reply, when one could be sent)."""
+class _Throttled:
+    """At most one log line per LOG_EVERY_S, saying how many it held back since the last one."""
+
+    def __init__(self, level: int) -> None:
+        self.level = level
+        self._lock = threading.Lock()
+        self._next = 0.0
+        self._held = 0
+
+    def __call__(self, msg: str, *args: Any, exc_info: BaseException | None = None) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if now < self._next:
+                self._held += 1
+                return
+            held, self._held, self._next = self._held, 0, now + LOG_EVERY_S
+        more = f" (and {held} more like it since the last such line)" if held else ""
+        log.log(self.level, msg + more, *args, exc_info=exc_info)
 
 
-@dataclass
-class Episode:
-    task: str
-    task_config: str
-    instruction: str
-    seed: int
+class FaultLog:
+    """One server's throttled lines: client faults (warnings), policy failures (errors, traceback)."""
 
-
-class Session:
-    """One connection's state: agreed codec, authentication, current episode."""
-
-    def __init__(self, policy: LoadedPolicy, token: str | None, reply_token: str | None) -> None:
-        self.policy = policy
-        self.token = token
-        self.reply_token = reply_token
-        self.codec: Codec = JsonCodec()
-        self.pending_codec: Codec | None = None  # switched to after the hello reply went out in JSON
-        self.greeted = False
-        self.episode: Episode | None = None
-
-    def handle(self, msg: dict[str, Any]) -> dict[str, Any]:
-        kind = protocol.check_request(msg)
-        if kind == "hello":
-            return self._hello(msg)
-        if kind == "ping":
-            return {"type": "ping"}
-        if not self.greeted:
-            raise WireError(f"{kind} before hello: send a hello first")
-        if kind == "reset":
-            return self._reset(msg)
-        return self._infer(msg)
-
-    def _hello(self, msg: dict[str, Any]) -> dict[str, Any]:
-        if self.token and not hmac.compare_digest(str(msg.get("token", "")), self.token):
-            raise _Drop("hello refused: this server needs the run's token (see its ready file)")
-        if msg["version"] != protocol.PROTOCOL_VERSION:
-            raise WireError(
-                f"protocol version mismatch: client speaks {msg['version']}, "
-                f"server speaks {protocol.PROTOCOL_VERSION}"
-            )
-        protocol.check_specs(self.policy.spec, msg["spec"])
-        codec = next((c for c in msg["codecs"] if c in CODECS), None)
-        if codec is None:
-            raise WireError(f"no common codec: client offers {msg['codecs']}, server speaks {sorted(CODECS)}")
-        reply = {
-            "type": "hello",
-            "version": protocol.PROTOCOL_VERSION,
-            "codec": codec,
-            "spec": self.policy.spec,
-        }
-        if self.reply_token:
-            reply["token"] = self.reply_token
-        self.greeted = True
-        self.pending_codec = get_codec(codec)
-        return reply
-
-    def _reset(self, msg: dict[str, Any]) -> dict[str, Any]:
-        self.episode = Episode(msg["task"], msg["task_config"], msg["instruction"], msg["seed"])
-        self.policy.reset()
-        return {"type": "reset"}
-
-    def _infer(self, msg: dict[str, Any]) -> dict[str, Any]:
-        if self.episode is None:
-            raise WireError("infer before reset: start an episode with reset first")
-        ep, step = self.episode, msg["step"]
-        obs = dict(msg["obs"])
-        obs.setdefault("instruction", ep.instruction)
-        obs["episode"] = {"task": ep.task, "task_config": ep.task_config, "seed": ep.seed, "step": step}
-        return {"type": "infer", "actions": self.policy.act(obs, ep.seed, step)}
+    def __init__(self) -> None:
+        self.client = _Throttled(logging.WARNING)
+        self.policy = _Throttled(logging.ERROR)
 
 
 def serve_connection(
-    conn: socket.socket, policy: LoadedPolicy, token: str | None = None, reply_token: str | None = None
+    conn: socket.socket,
+    policy: LoadedPolicy,
+    token: str | None = None,
+    reply_token: str | None = None,
+    hello_timeout_s: float | None = None,
+    faults: FaultLog | None = None,
 ) -> None:
-    """Answer requests on one connection until the peer leaves or the stream breaks."""
+    """Answer requests on one connection until the peer leaves or the stream breaks.
+
+    With `hello_timeout_s`, a connection without a successful hello by then is closed (accepted
+    connections; one the model side dialled out waits for the sim's first episode to be built).
+    `faults` is where its faults are logged (the server's, shared by its connections).
+    """
+    faults = faults or FaultLog()
     conn.settimeout(IDLE_TIMEOUT_S)
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     session = Session(policy, token, reply_token)
     limit = knobs.get_int("WIRE_MAX_FRAME")
+    hello_by = None if hello_timeout_s is None else time.monotonic() + hello_timeout_s
+    peer = _peer(conn)
     try:
         while True:
             try:
-                body = recv_frame(conn, limit, body_timeout_s=FRAME_TIMEOUT_S)
+                body = _next_frame(conn, session.greeted, limit, hello_by)
             except PeerClosed:
                 return
-            except WireError as exc:  # oversize or stalled frame: the stream cannot be trusted any more
-                _try_send(conn, session.codec, protocol.error(str(exc)))
+            except WireError as exc:  # oversize or stalled frame, or no hello: the stream is done
+                reason = str(exc)
+                if hello_by is not None and not session.greeted and time.monotonic() >= hello_by:
+                    reason = f"no hello within {hello_timeout_s:g} s: closing the connection"
+                _drop(conn, session.codec, peer, reason, faults)
                 return
-            codec = session.codec
+            codec, locked = session.codec, session.locked
             try:
                 reply = session.handle(codec.decode(body))
-            except _Drop as exc:
-                _try_send(conn, codec, protocol.error(str(exc)))
+            except Drop as exc:
+                _drop(conn, codec, peer, str(exc), faults)
                 return
-            except WireError as exc:  # a bad request: answer it, keep serving
+            except PolicyFailed as exc:
+                faults.policy("policy failed on a request from %s: %s", peer, exc, exc_info=exc.__cause__)
                 reply = protocol.error(str(exc))
-            except Exception as exc:  # a policy failure on this request: same, and log the traceback
-                log.exception("request failed")
-                reply = protocol.error(f"{type(exc).__name__}: {exc}")
+            except Exception as exc:  # the client's fault: a WireError, or a check tripping on odd values
+                reason = str(exc) if isinstance(exc, WireError) else f"{type(exc).__name__}: {exc}"
+                if locked:  # nothing but a good hello is answered before the token
+                    _drop(conn, codec, peer, reason, faults)
+                    return
+                faults.client("bad request from %s: %s", peer, reason)
+                reply = protocol.error(reason)
             send_frame(conn, codec.encode(reply), limit)
             if session.pending_codec is not None:
                 session.codec, session.pending_codec = session.pending_codec, None
@@ -147,21 +138,50 @@ def serve_connection(
         conn.close()
 
 
+def _next_frame(conn: socket.socket, greeted: bool, limit: int, hello_by: float | None) -> bytearray:
+    if greeted:
+        return recv_frame(conn, limit, body_timeout_s=FRAME_TIMEOUT_S)
+    name = "before a hello" if limit > HELLO_MAX_FRAME else "WIRE_MAX_FRAME"
+    return recv_frame(
+        conn, min(limit, HELLO_MAX_FRAME), body_timeout_s=FRAME_TIMEOUT_S, deadline=hello_by, limit_name=name
+    )
+
+
+def _peer(conn: socket.socket) -> str:
+    try:
+        host, port = conn.getpeername()[:2]
+    except OSError:
+        return "a client"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _drop(conn: socket.socket, codec: Codec, peer: str, reason: str, faults: FaultLog) -> None:
+    faults.client("dropping %s: %s", peer, reason)
+    _try_send(conn, codec, protocol.error(reason))
+
+
 def _try_send(conn: socket.socket, codec: Codec, msg: dict[str, Any]) -> None:
     with contextlib.suppress(WireError, OSError):
         send_frame(conn, codec.encode(msg))
 
 
 class ModelServer:
-    """Listens on (bind, port 0), publishes a ready file, one thread per client."""
+    """Listens on (bind, port 0), publishes a ready file, one thread per client, up to a limit."""
 
     def __init__(self, policy: LoadedPolicy, ready_file: str | Path, bind: str | None = None) -> None:
         self.policy = policy
         self.ready_file = Path(ready_file)
         self.bind = knobs.get("MODEL_SERVER_BIND") if bind is None else bind
         self.token = run_token(self.bind)
+        self.max_conns = knobs.get_int("MODEL_SERVER_MAX_CONNS", minimum=1)
+        self.hello_timeout_s = knobs.get_float("MODEL_SERVER_HELLO_TIMEOUT")
+        self._slots = threading.BoundedSemaphore(self.max_conns)
+        self._faults = FaultLog()
         self._stop = threading.Event()
-        self._listener = socket.create_server((self.bind, 0), backlog=64)
+        try:
+            self._listener = listen_socket(self.bind, backlog=64)
+        except OSError as exc:
+            raise WireError(f"MODEL_SERVER_BIND={self.bind}: cannot listen there: {exc}") from None
         self._listener.settimeout(0.2)
         self.port: int = self._listener.getsockname()[1]
 
@@ -180,20 +200,46 @@ class ModelServer:
     def serve_forever(self) -> None:
         """Accept until shutdown(); the ready file goes away on the way out."""
         self.publish()
-        log.info("serving %s on %s:%d", self.policy.name, self.bind, self.port)
+        log.info("serving %s on %s port %d", self.policy.name, self.bind, self.port)
+        starved = False  # accept() is failing (descriptors, buffers): said once, until it works again
         try:
             while not self._stop.is_set():
                 try:
                     conn, peer = self._listener.accept()
                 except TimeoutError:
                     continue
-                log.info("client %s connected", peer)
-                threading.Thread(
-                    target=serve_connection, args=(conn, self.policy, self.token), daemon=True
-                ).start()
+                except OSError as exc:
+                    if not starved:
+                        log.warning("cannot accept connections (%s): retrying until it passes", exc)
+                    starved = True
+                    self._stop.wait(ACCEPT_BACKOFF_S)
+                    continue
+                if starved:
+                    log.info("accepting connections again")
+                    starved = False
+                self._admit(conn, peer)
         finally:
             self._listener.close()
             remove_ready(self.ready_file, os.getpid())
+
+    def _admit(self, conn: socket.socket, peer: Any) -> None:
+        """Serve `conn` in its own thread if a slot is free; else tell it so and close it."""
+        if not self._slots.acquire(blocking=False):
+            conn.settimeout(1.0)
+            busy = f"server busy: {self.max_conns} connections open (MODEL_SERVER_MAX_CONNS)"
+            _drop(conn, JsonCodec(), _peer(conn), busy, self._faults)
+            conn.close()
+            return
+        log.info("client %s connected", peer)
+        threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            serve_connection(
+                conn, self.policy, self.token, hello_timeout_s=self.hello_timeout_s, faults=self._faults
+            )
+        finally:
+            self._slots.release()
 
     def shutdown(self) -> None:
         self._stop.set()

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from harness.config import knobs
+from harness.config.failures import run_command
 from harness.config.paths import resolve_checkpoint
 from harness.node.codesync import sync_code
 from harness.node.staging import GB, StagingError, node_lock, prune, stage
@@ -159,4 +160,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_command("node", main))

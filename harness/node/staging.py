@@ -25,12 +25,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.config.failures import Failed
+
 STAMP = ".stage.json"
 USED = ".used"
 GB = 1 << 30
 
 
-class StagingError(RuntimeError):
+class StagingError(Failed):
     """Staging failed; the message names the source, the cache and the reason."""
 
 

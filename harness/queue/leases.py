@@ -54,6 +54,8 @@ def write_once(path: Path, text: str) -> bool:
         return False
     try:
         os.write(fd, text.encode())
+    except OSError as exc:  # a full disk: say which file could not be written
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     finally:
         os.close(fd)
     return True

@@ -4,6 +4,8 @@ Every rate is shown with its n and a Wilson 95% interval; errored episodes are c
 never trials; a run that mixes contracts is refused rather than averaged into a meaningless number.
 """
 
+from harness.config.failures import Refused
 
-class ResultsError(Exception):
+
+class ResultsError(Refused):
     """A run that cannot be summarised honestly (missing, empty, mixed contracts); the message says why."""

@@ -21,7 +21,14 @@ from harness.wire import protocol
 from harness.wire.codecs import CODECS, Codec, JsonCodec, get_codec
 from harness.wire.errors import WireError
 from harness.wire.frames import DEFAULT_MAX_FRAME, recv_frame, send_frame
-from harness.wire.readyfile import advertised_host, remove_ready, run_token, wait_ready, write_ready
+from harness.wire.readyfile import (
+    advertised_host,
+    listen_socket,
+    remove_ready,
+    run_token,
+    wait_ready,
+    write_ready,
+)
 
 DEFAULT_IO_TIMEOUT_S = 600.0
 
@@ -95,7 +102,7 @@ class PolicyClient:
         reply or the connection is refused.
         """
         token = run_token(bind)
-        listener = socket.create_server((bind, 0))
+        listener = listen_socket(bind)
         try:
             listener.settimeout(timeout_s)
             info: dict[str, Any] = {

@@ -1,19 +1,26 @@
 """Length-prefixed frames: a 4-byte big-endian unsigned length, then that many bytes of body.
 
-The length is checked against a limit before any buffer is allocated, so a garbage or hostile
-prefix cannot make a process allocate gigabytes. Reads and writes loop over partial transfers;
-timeouts are the socket's (`sock.settimeout`), and surface as `WireError`.
+A peer's announced length is never trusted with memory: it is checked against the caller's limit,
+and the body buffer starts at FIRST_READ (or the frame, if smaller) and grows only when full, to at
+most GROWTH times what arrived, so a header alone costs FIRST_READ, never the size it announces.
+Reads and writes loop over partial transfers; waiting between frames is bounded by the socket's
+timeout (`sock.settimeout`), a body as a whole by `body_timeout_s`, a whole frame by an optional
+`deadline`; every timeout surfaces as `WireError`.
 """
 
 from __future__ import annotations
 
 import socket
 import struct
+import time
 
 from harness.wire.errors import PeerClosed, WireError
 
 _HEADER = struct.Struct(">I")
 DEFAULT_MAX_FRAME = 64 << 20  # the WIRE_MAX_FRAME knob's default; each side passes its own limit
+FIRST_READ = 256 << 10  # body bytes allocated before any arrived
+# x8, not x2: a 0.5 MB frame costs one 256 KiB copy, where doubling's allocator churn tripled its time
+GROWTH = 8
 
 
 def send_frame(
@@ -37,33 +44,49 @@ def send_frame(
 
 
 def recv_frame(
-    sock: socket.socket, limit: int = DEFAULT_MAX_FRAME, body_timeout_s: float | None = None
+    sock: socket.socket,
+    limit: int = DEFAULT_MAX_FRAME,
+    body_timeout_s: float | None = None,
+    *,
+    deadline: float | None = None,
+    limit_name: str = "WIRE_MAX_FRAME",
 ) -> bytearray:
     """Receive one frame body. Raises PeerClosed on EOF, WireError on an oversize length or timeout.
 
-    `body_timeout_s` bounds the rest of a frame once its header arrived (a peer that stalls
-    mid-frame), independently of how long the socket may sit idle between frames.
+    `body_timeout_s` bounds the whole rest of a frame once its header arrived (a peer that stalls
+    or trickles mid-frame), independently of how long the socket may sit idle between frames.
+    `deadline` (a `time.monotonic()` value) bounds the whole frame, the wait for its header
+    included. `limit_name` says in the error where the limit comes from.
     """
-    (size,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size, at_boundary=True))
-    if size > limit:
-        raise WireError(f"frame of {size} bytes exceeds the limit of {limit} bytes (WIRE_MAX_FRAME)")
-    if body_timeout_s is None:
-        return _recv_exact(sock, size, at_boundary=False)
     idle = sock.gettimeout()
-    sock.settimeout(body_timeout_s)
     try:
-        return _recv_exact(sock, size, at_boundary=False)
+        (size,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size, at_boundary=True, deadline=deadline))
+        if size > limit:
+            raise WireError(f"frame of {size} bytes exceeds the limit of {limit} bytes ({limit_name})")
+        if body_timeout_s is not None:
+            body_deadline = time.monotonic() + body_timeout_s
+            deadline = body_deadline if deadline is None else min(deadline, body_deadline)
+        return _recv_exact(sock, size, at_boundary=False, deadline=deadline)
     finally:
-        sock.settimeout(idle)
+        if deadline is not None:
+            sock.settimeout(idle)
 
 
-def _recv_exact(sock: socket.socket, size: int, *, at_boundary: bool) -> bytearray:
-    buf = bytearray(size)
-    view = memoryview(buf)
+def _recv_exact(sock: socket.socket, size: int, *, at_boundary: bool, deadline: float | None) -> bytearray:
+    buf = bytearray(min(size, FIRST_READ))
     got = 0
     try:
         while got < size:
-            n = sock.recv_into(view[got:], size - got)
+            if got == len(buf):  # full: grow with what arrived, never straight to the announced size
+                grown = bytearray(min(size, GROWTH * got))
+                grown[:got] = buf
+                buf = grown
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                sock.settimeout(left)
+            n = sock.recv_into(memoryview(buf)[got:])
             if n == 0:
                 where = "between frames" if at_boundary and got == 0 else f"mid-frame ({got}/{size} bytes)"
                 raise PeerClosed(f"peer closed the connection {where}")

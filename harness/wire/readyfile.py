@@ -2,6 +2,8 @@
 
 Written atomically (temp file + rename, mode 0600 because it may hold a token) only once the
 listener is ready to serve, so a reader never sees a half-written file or a port nobody answers.
+Also what goes into one: the listening socket for a bind address (IPv4 or IPv6), whether that
+address needs a token, and the host others should dial.
 """
 
 from __future__ import annotations
@@ -74,5 +76,32 @@ def run_token(bind: str) -> str | None:
 
 
 def advertised_host(bind: str) -> str:
-    """The address others should dial: a wildcard bind is reachable at this host's name."""
+    """The address others should dial: a wildcard bind (`0.0.0.0`, `::`, empty) is reachable at
+    this host's name; any other bind at itself (`::1` for the IPv6 loopback)."""
     return socket.getfqdn() if bind in ("0.0.0.0", "::", "") else bind
+
+
+def listen_socket(bind: str, backlog: int | None = None) -> socket.socket:
+    """A TCP socket listening on (bind, an ephemeral port), in the family the address is written in.
+
+    An IPv6 address (`::1`, `::`) gets an IPv6 socket, and `::` also takes IPv4 clients where the
+    system allows dual stack; a name listens on the first address it resolves to; empty is every
+    IPv4 interface; `backlog` None is the system's default. OSError (an unknown name, an address
+    this host lacks) is the caller's to report.
+    """
+    return socket.create_server(
+        (bind, 0),
+        family=_family(bind),
+        backlog=backlog,
+        dualstack_ipv6=bind == "::" and socket.has_dualstack_ipv6(),
+    )
+
+
+def _family(bind: str) -> socket.AddressFamily:
+    if not bind:
+        return socket.AF_INET
+    try:
+        version = ipaddress.ip_address(bind.partition("%")[0]).version  # `fe80::1%eth0` has a scope
+    except ValueError:
+        return socket.getaddrinfo(bind, 0, type=socket.SOCK_STREAM)[0][0]
+    return socket.AF_INET6 if version == 6 else socket.AF_INET

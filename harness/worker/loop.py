@@ -26,6 +26,7 @@ from types import FrameType
 
 from harness.config import knobs
 from harness.config.contract import verify_environment
+from harness.config.failures import run_command
 from harness.config.paths import run_dir
 from harness.config.plan import open_queue
 from harness.config.rundir import RunDir
@@ -283,4 +284,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("worker", main))

@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import knobs
+from harness.config.failures import Failed
 from harness.wire.errors import WireError
 from harness.wire.readyfile import read_ready
 from harness.worker import children
 
 
-class ModelServerError(RuntimeError):
+class ModelServerError(Failed):
     """The model server could not be started; the message says why and where its log is."""
 
     def __init__(self, message: str, killed: bool = False) -> None:

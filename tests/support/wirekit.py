@@ -1,7 +1,9 @@
-"""Helpers for the wire/server tests: an in-process model server, raw frames, subprocess servers."""
+"""Helpers for the wire/server tests: an in-process model server, raw frames, subprocess servers, and
+a seeded wire fuzzer."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import struct
@@ -39,11 +41,18 @@ def running_server(
 ) -> Iterator[ModelServer]:
     """A ModelServer serving in a thread of this process; shut down on exit."""
     server = ModelServer(load_policy(policy, "", overrides), tmp_path / "ready.json", bind=bind)
+    with serving(server):
+        yield server
+
+
+@contextmanager
+def serving(server: ModelServer) -> Iterator[threading.Thread]:
+    """Serve `server` in a thread once its ready file is out; yields the thread; shut down on exit."""
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    wait_for(lambda: (tmp_path / "ready.json").exists())
+    wait_for(lambda: server.ready_file.exists())
     try:
-        yield server
+        yield thread
     finally:
         server.shutdown()
         thread.join(5)
@@ -80,14 +89,14 @@ def raw_send(sock: socket.socket, body: bytes) -> None:
 
 def raw_recv(sock: socket.socket) -> dict[str, Any] | None:
     """One JSON reply, or None when the server closed the connection."""
-    header = _exact(sock, 4)
+    header = exact_bytes(sock, 4)
     if header is None:
         return None
-    body = _exact(sock, struct.unpack(">I", header)[0])
+    body = exact_bytes(sock, struct.unpack(">I", header)[0])
     return None if body is None else JsonCodec().decode(body)
 
 
-def _exact(sock: socket.socket, n: int) -> bytes | None:
+def exact_bytes(sock: socket.socket, n: int) -> bytes | None:
     data = b""
     while len(data) < n:
         chunk = sock.recv(n - len(data))
@@ -110,6 +119,14 @@ def start_server_process(
     return subprocess.Popen(cmd, env=full_env, stdout=log.open("w"), stderr=subprocess.STDOUT)
 
 
+def rss_bytes(pid: int) -> int:
+    """The resident set size of process `pid` (VmRSS in /proc/<pid>/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
 def stop_process(proc: subprocess.Popen) -> int:
     proc.terminate()
     try:
@@ -117,3 +134,11 @@ def stop_process(proc: subprocess.Popen) -> int:
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait(5)
+
+
+def hello_body(codecs: list[Any] | None = None, token: str | None = None, **fields: Any) -> bytes:
+    """A JSON hello (the hello is always JSON) with SPEC, `token` when given, `fields` on top."""
+    msg: dict[str, Any] = {"type": "hello", "version": 1, "codecs": codecs or ["json"], "spec": SPEC}
+    if token is not None:
+        msg["token"] = token
+    return json.dumps({**msg, **fields}).encode()

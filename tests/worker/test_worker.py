@@ -3,6 +3,7 @@ benchmark), lease queue. Resume and fill-in, stall handling and quarantine, SIGT
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -117,6 +118,36 @@ def test_a_frozen_worker_starts_no_episode_while_another_worker_takes_its_unit(t
 
 def _epoch(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 256 KiB tmpfs: a real full disk (ENOSPC) for the run dir."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    argv = ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)]
+    done = subprocess.run(argv, capture_output=True)
+    assert done.returncode == 0, f"cannot mount a tmpfs (needs root): {done.stderr.decode()}"
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_stops_the_worker_with_one_line_naming_the_file(tmp_path: Path, small_disk: Path) -> None:
+    run = make_run(small_disk / "run", [("s", "t0")])
+    env = pool_env(run)
+    # fill the disk to the last block
+    with open(small_disk / "filler", "ab", buffering=0) as filler, contextlib.suppress(OSError):
+        while True:
+            filler.write(b"x" * 4096)
+    proc = start_worker(env, "w0", tmp_path / "w0.log")
+    try:
+        code = proc.wait(60)
+    finally:
+        stop_group(proc)
+    log = (tmp_path / "w0.log").read_text()
+    assert code == 1, log
+    assert "No space left on device" in log and "Traceback" not in log, log
+    assert f"worker: {small_disk}" in log  # the message names the file it could not write
 
 
 def test_a_killed_sim_whose_episode_was_recorded_writes_nothing_and_says_so(

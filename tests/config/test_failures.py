@@ -1,0 +1,69 @@
+"""One error path for every command: expected failures are one line and exit 2 or 1, bugs say so."""
+
+from __future__ import annotations
+
+import ast
+import errno
+from pathlib import Path
+
+import pytest
+
+from harness.config.failures import FAILED, REFUSED, Failed, Refused, run_command
+from harness.config.manifest import ContractMismatch
+from harness.results import ResultsError
+from harness.wire.errors import WireError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _raise(exc: BaseException):
+    def main() -> int:
+        raise exc
+
+    return main
+
+
+@pytest.mark.parametrize(
+    ("exc", "code", "line"),
+    [
+        (ValueError("queue.txt:3: expected '<scene> <task>'"), REFUSED, "prog: queue.txt:3: expected"),
+        (ContractMismatch("run r differs:", ["knob X: a vs b"]), REFUSED, "prog: run r differs:"),
+        (ResultsError("run 'x' not found"), REFUSED, "prog: run 'x' not found"),
+        (Refused("no"), REFUSED, "prog: no"),
+        (OSError(errno.ENOSPC, "No space left on device", "/runs/r/x.jsonl"), FAILED,
+         "prog: /runs/r/x.jsonl: No space left on device"),
+        (WireError("cannot connect to 127.0.0.1:1"), FAILED, "prog: cannot connect"),
+        (Failed("model server died 3 times"), FAILED, "prog: model server died"),
+    ],
+)  # fmt: skip
+def test_an_expected_failure_is_one_line_and_its_exit_status(
+    capsys: pytest.CaptureFixture[str], exc: BaseException, code: int, line: str
+) -> None:
+    assert run_command("prog", _raise(exc)) == code
+    err = capsys.readouterr().err
+    assert err.startswith(line) and "Traceback" not in err
+
+
+def test_a_bug_prints_its_traceback_and_says_it_is_a_bug(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_command("prog", _raise(KeyError("oops"))) == FAILED
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "KeyError: 'oops'" in err and "prog: this is a bug" in err
+
+
+def test_success_and_interrupt(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_command("prog", lambda: 0) == 0 and run_command("prog", lambda: None) == 0
+    assert run_command("prog", _raise(KeyboardInterrupt())) == 130
+
+
+def test_every_entry_point_runs_through_run_command() -> None:
+    """A new command cannot forget the error path: each `__main__` block calls run_command."""
+    entry_points = [*ROOT.glob("scripts/*.py"), *ROOT.glob("orchestrators/*.py")]
+    entry_points += ROOT.glob("harness/**/*.py")
+    missing = []
+    for path in entry_points:
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            main_block = isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
+            if main_block and "run_command(" not in ast.unparse(node):
+                missing.append(str(path.relative_to(ROOT)))
+    assert missing == []
