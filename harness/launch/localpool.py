@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[pool] warning: {warning}", flush=True)
     print(f"[pool] nodes finished with status {code}; logs in {run.logs}", flush=True)
     if code != 0 and (refusal := first_refusal(run.logs)):
-        print(f"[pool] a worker refused: {refusal}", file=sys.stderr)
+        print(f"[pool] a worker refused: {refusal}", flush=True)
+        print(f"run_local: refused: {refusal.splitlines()[0]}", file=sys.stderr)
         return 2
     if code == 0 and args.results:
         scripts = eval_root / "scripts"

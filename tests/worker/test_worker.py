@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -148,6 +150,22 @@ def test_a_full_disk_stops_the_worker_with_one_line_naming_the_file(tmp_path: Pa
     assert code == 1, log
     assert "No space left on device" in log and "Traceback" not in log, log
     assert f"worker: {small_disk}" in log  # the message names the file it could not write
+
+
+def test_the_temp_dir_of_a_killed_worker_is_swept_by_the_next_one(tmp_path: Path) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = Path(tempfile.gettempdir()) / f"eval-worker-{dead.pid}-left"
+    live = Path(tempfile.gettempdir()) / f"eval-worker-{os.getpid()}-mine"
+    for path in (stale, live):
+        (path / "sub").mkdir(parents=True, exist_ok=True)
+    try:
+        worker = Worker(make_run(tmp_path / "run", [("s", "t0")]), "w0")
+        assert not stale.exists() and live.exists()  # the dead pid's dir goes, a live pid's stays
+        assert worker.tmp.exists()
+    finally:
+        shutil.rmtree(live, ignore_errors=True)
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def test_a_killed_sim_whose_episode_was_recorded_writes_nothing_and_says_so(
