@@ -23,6 +23,7 @@ from harness.config.failures import run_command
 from harness.config.paths import run_dir
 from harness.config.plan import open_queue, queue_states
 from harness.config.rundir import RunDir
+from harness.queue import reaper
 from harness.queue.listing import CRASH, UnitState, scan
 
 
@@ -48,12 +49,17 @@ def row(state: UnitState) -> str:
 
 
 def requeue(run: RunDir, keys: list[str]) -> int:
+    """Forget the crash records of `keys` and remove their quarantined lease dirs (which block claims)."""
     removed = 0
     for name in scan(run.leases).names:
         key, sep, n = name.rpartition(CRASH)
         if sep and n.isdigit() and key in keys:
             (run.leases / name).unlink(missing_ok=True)
             removed += 1
+    for key in keys:
+        view = reaper.inspect(run.leases, key, 0.0)
+        if view is not None and view.quarantined:
+            reaper.bury(run.leases, run.leases / key, key)
     return removed
 
 

@@ -2,23 +2,28 @@
 
 On-disk layout, all under `<run>/queue.txt.leases/` (unit keys come from `harness.queue.units`):
 
-    <key>/                 the unit's lease; claiming = `mkdir` of this dir (atomic: one winner).
-                           Left empty once the unit is done, so that no later mkdir can claim a
-                           finished unit, whatever a stale listing said.
-      owner.<gen>.<n>      the owner record (JSON: host, boot id, pid, process start time, worker,
-                           SLURM_JOB_ID, claimed_at, generation), written once at the claim. It is
-                           the heartbeat too: every HEARTBEAT_S the owner renames it n -> n+1 and
-                           touches it; its content is never rewritten.
+    <key>/                 the unit's lease. Claiming = one `rename` of a private dir that already
+                           holds the owner file onto this name: it succeeds only if no lease dir is
+                           there (a lease dir is never empty), so success alone makes the owner.
+      owner.<gen>.<n>      the owner record (JSON: host, boot id, pid namespace, pid, process start
+                           time, worker, SLURM_JOB_ID, claimed_at, generation), written once before
+                           the claim. It is the heartbeat too: every HEARTBEAT_S the owner renames
+                           it n -> n+1 and touches it; its content is never rewritten.
+      done.<gen>           the unit is finished: the owner file, renamed by its owner. The dir
+                           stays, so no later claim can succeed on a finished unit.
+      quarantined.<gen>    the unit reached CRASH_LIMIT errored attempts: the owner file, renamed by
+                           its owner; the dir stays, so no claim succeeds until `leasectl requeue`.
       reaped.<gen>.<tok>   the owner file, renamed by the reaper that won (for an instant)
       released.<gen>       the owner file, renamed by its owner releasing the unit (for an instant)
-    <key>.done             the unit is finished: its last owner file, renamed out of the lease dir
+    <key>.done             a hint for listings that `<key>/done.<gen>` exists (created after it)
     <key>.crash.<n>        the n-th errored attempt (created exclusively; holds the error). A unit
                            with CRASH_LIMIT of them is quarantined: reported and never claimed again.
+    .claim.<host>.<pid>.<gen>/  a worker's next claim, owner file inside, waiting to be renamed
     .tomb.<key>.<tok>/     a released or reaped lease dir being deleted (transient)
     .probe.<host>.<pid>    a process's probe of the server clock (transient)
 
-Every decision is the result of an atomic call (mkdir, rename, exclusive create): on NFS a stat or
-exists can be wrong for tens of seconds. A listing only proposes candidates; the mkdir decides.
+Every decision is the result of an atomic call (rename, exclusive create): on NFS a stat or exists
+can be wrong for tens of seconds. A listing only proposes candidates; the claim's rename decides.
 `<gen>` is fresh per claim, so no name is ever reused for another owner; `harness.queue.reaper` says how
 staleness is judged and how reclaiming and fencing work. `rm -rf queue.txt.leases` recovers from
 any state: leases, done marks, crash counts and quarantines go, and resume (the records) tells
@@ -27,11 +32,13 @@ again what is left to run.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
 import secrets
 import shutil
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -43,7 +50,7 @@ from harness.queue.owner import owner_record
 from harness.queue.units import Unit
 
 IDLE_S = 0.25  # first wait when every pending unit is leased; doubles up to HEARTBEAT_S
-MAX_MISSES = 8  # failed mkdirs in a row before the candidate list is re-listed
+MAX_MISSES = 8  # failed claims in a row before the candidate list is re-listed
 
 
 def write_once(path: Path, text: str) -> bool:
@@ -92,27 +99,37 @@ class Lease:
             return True
 
     def finish(self, done: bool) -> bool:
-        """Give the lease up, marking the unit done or leaving it claimable. The rename of our owner
-        file is the fence: after it no reaper can win, before it a reaper may have. False (and
-        nothing marked) if the lease was lost."""
+        """Give the lease up, marking the unit done or leaving it claimable. False (and nothing
+        marked) if the lease was lost."""
         with self._lock:
             if self.lost.is_set() or self.finished:
                 return False
-            target = (
-                self.root / f"{self.unit.key}{DONE}" if done else self.path / f"released.{self.generation}"
-            )
-            try:
-                os.rename(self.owner_file(), target)
-            except OSError as exc:
-                if reaper.lost_errno(exc):
-                    self.lost.set()
-                    return False
-                raise
-            self.finished = True
-        if not done:
-            tomb = self.root / f"{reaper.TOMB_PREFIX}{self.unit.key}.{secrets.token_hex(6)}"
-            os.rename(self.path, tomb)
-            shutil.rmtree(tomb, ignore_errors=True)
+            state = "done" if done else "released"
+            if not self._rename_owner(f"{state}.{self.generation}"):
+                return False
+        if done:
+            write_once(self.root / f"{self.unit.key}{DONE}", self.generation)  # the listing's hint
+        else:
+            reaper.bury(self.root, self.path, self.unit.key)
+        return True
+
+    def quarantine(self) -> bool:
+        """Keep the lease dir, its owner file renamed `quarantined.<gen>`: no claim can succeed."""
+        with self._lock:
+            if self.lost.is_set() or self.finished:
+                return False
+            return self._rename_owner(f"quarantined.{self.generation}")
+
+    def _rename_owner(self, name: str) -> bool:
+        """The fence: after this rename no reaper can win, before it a reaper may have."""
+        try:
+            os.rename(self.owner_file(), self.path / name)
+        except OSError as exc:
+            if reaper.lost_errno(exc):
+                self.lost.set()
+                return False
+            raise
+        self.finished = True
         return True
 
 
@@ -158,7 +175,7 @@ class QueueSettings:
 
 class LeaseQueue:
     """One worker's view of the queue: claims in its own random order and remembers what is
-    finished, so a claim costs one mkdir, not a scan of every lease (O(units) traffic on NFS)."""
+    finished, so a claim costs one rename, not a scan of every lease (O(units) traffic on NFS)."""
 
     def __init__(
         self,
@@ -184,6 +201,8 @@ class LeaseQueue:
         self._misses = 0
         self._last_reap = time.monotonic()
         self._idle_s = IDLE_S
+        self._staged: tuple[Path, str] | None = None  # the next claim: its private dir, its generation
+        self._stamped = 0.0  # when the staged owner file's mtime (its first heartbeat) was set
         self.root.mkdir(parents=True, exist_ok=True)
 
     def claim(self, stop: threading.Event | None = None) -> Lease | None:
@@ -191,6 +210,7 @@ class LeaseQueue:
         while stop is None or not stop.is_set():
             if not self._candidates or self._misses > MAX_MISSES:
                 if not self.refresh():
+                    self.close()
                     return None
                 if not self._candidates:
                     if not self.reap_pass():
@@ -203,6 +223,7 @@ class LeaseQueue:
             if lease is not None:
                 self._idle_s = IDLE_S
                 return lease
+        self.close()
         return None
 
     def quarantined(self, key: str) -> bool:
@@ -223,17 +244,38 @@ class LeaseQueue:
         return bool(pending)
 
     def _try(self, key: str) -> Lease | None:
-        path = self.root / key
+        """One claim attempt: rename the staged dir (owner file inside) onto the lease name."""
+        stage, generation = self._stage()
+        if time.monotonic() - self._stamped > self.heartbeat.interval:  # a fresh heartbeat to claim with
+            os.utime(stage / f"owner.{generation}.0", None)
+            self._stamped = time.monotonic()
         try:
-            os.mkdir(path)
-        except FileExistsError:
+            os.rename(stage, self.root / key)
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
+                raise
             self._misses += 1
             return None
-        self._misses = 0
-        lease = Lease(self.root, self.units[key], secrets.token_hex(6))
-        write_once(lease.owner_file(), json.dumps(owner_record(self.worker_id, lease.generation)))
+        self._staged, self._misses = None, 0
+        lease = Lease(self.root, self.units[key], generation)
         self.heartbeat.add(lease)
         return lease
+
+    def _stage(self) -> tuple[Path, str]:
+        """The private dir of the next claim, its owner file written; reused across missed tries."""
+        if self._staged is None:
+            generation = secrets.token_hex(6)
+            stage = self.root / f"{reaper.CLAIM_PREFIX}{socket.gethostname()}.{os.getpid()}.{generation}"
+            os.mkdir(stage)
+            write_once(stage / f"owner.{generation}.0", json.dumps(owner_record(self.worker_id, generation)))
+            self._staged, self._stamped = (stage, generation), time.monotonic()
+        return self._staged
+
+    def close(self) -> None:
+        """Remove the staged claim dir (the next worker on this host would sweep it anyway)."""
+        if self._staged is not None:
+            shutil.rmtree(self._staged[0], ignore_errors=True)
+            self._staged = None
 
     def reap_pass(self) -> list[str]:
         """Reclaim every dead lease among those last listed; the keys this worker reclaimed."""
@@ -244,8 +286,10 @@ class LeaseQueue:
             view = reaper.inspect(self.root, key, now)
             if view is None:
                 self._candidates.append(key)  # released meanwhile: worth a try
-            elif view.done:
+            elif view.done or view.quarantined:
                 self.finished.add(key)
+                if view.done:  # its owner died before writing the listing's hint: write it for it
+                    write_once(self.root / f"{key}{DONE}", view.generation)
             elif self.judge.reason(view) is not None and reaper.reap(self.root, view):
                 reaped.append(key)
                 self._candidates.append(key)
@@ -268,7 +312,10 @@ class LeaseQueue:
         while not write_once(self.root / f"{key}{CRASH}{n}", error):
             n += 1
         self.crashes[key] = n
-        self.mark(lease, done=False)
+        self.heartbeat.discard(lease)
         if self.quarantined(key):
+            lease.quarantine()  # the dir stays: a claim from a stale listing cannot succeed
             self.finished.add(key)
+        else:
+            lease.finish(done=False)
         return self.quarantined(key)

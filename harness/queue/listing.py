@@ -81,8 +81,8 @@ def snapshot(root: Path, units: list[Unit], ttl_s: float, skew_s: float, crash_l
         elif state.crashes >= crash_limit:
             state.state = "quarantined"
         elif key in listing.leased and (view := reaper.inspect(root, key, now)) is not None:
-            state.state = "done" if view.done else "leased"
-            if not view.done:
+            state.state = "done" if view.done else "quarantined" if view.quarantined else "leased"
+            if state.state == "leased":
                 state.owner, state.heartbeat_age, state.stale = view.owner, view.age, judge.reason(view)
         states.append(state)
     return states

@@ -1,8 +1,9 @@
 """Who holds a lease: the owner record, and whether that owner is provably dead.
 
-A pid alone is not an identity (pids are reused), so the record carries the process start time and
-the host's boot id. Another process on the same host can then tell for certain that the owner is
-gone; on other hosts only the heartbeat age or Slurm (the owner's job ended) can say so.
+A pid alone is not an identity (pids are reused, and mean nothing outside their PID namespace), so
+the record carries the process start time, the PID namespace and the host's boot id. Another
+process on the same host can then tell for certain that the owner is gone; on other hosts only the
+heartbeat age or Slurm (the owner's job ended) can say so.
 """
 
 from __future__ import annotations
@@ -36,6 +37,15 @@ def start_ticks(pid: int) -> int | None:
 
 
 @cache
+def pid_namespace() -> str:
+    """This process's PID namespace (`pid:[<inode>]`): pids mean something only within one."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+@cache
 def _own_start_ticks(pid: int) -> int | None:
     return start_ticks(pid)  # keyed by pid: a forked child asks again
 
@@ -46,6 +56,7 @@ def owner_record(worker_id: str, generation: str) -> dict[str, Any]:
     return {
         "host": socket.gethostname(),
         "boot_id": boot_id(),
+        "pid_ns": pid_namespace(),
         "pid": pid,
         "start_ticks": _own_start_ticks(pid),
         "worker": worker_id,
@@ -56,8 +67,11 @@ def owner_record(worker_id: str, generation: str) -> dict[str, Any]:
 
 
 def dead_on_this_host(record: dict[str, Any]) -> bool:
-    """True only when the owner ran on this host (this boot) and its process no longer exists."""
+    """True only when the owner ran on this host (this boot, this PID namespace) and its process no
+    longer exists. Containers may share a hostname and boot id but not the PID namespace."""
     if record.get("host") != socket.gethostname() or record.get("boot_id") != boot_id() or not boot_id():
+        return False
+    if record.get("pid_ns") != pid_namespace() or not pid_namespace():
         return False
     pid = record.get("pid")
     if not isinstance(pid, int):

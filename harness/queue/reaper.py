@@ -6,11 +6,14 @@ a probe file and `open()` + `fstat` reads it back fresh, the same way the heartb
 tolerance (LEASE_SKEW_S) covers filesystems that stamp client time instead.
 
 Reclaiming is two atomic renames. First the reaper renames the owner file `owner.<gen>.<n>` (which
-the owner renames to n+1 at every heartbeat) to `reaped.<gen>.<token>`: that name is exactly what
-the owner renames at its next beat, so of all reapers and the owner exactly one wins, and a slow
-owner learns at its next beat that it lost the lease (fencing). Only the winner then renames the
-lease dir to a unique tombstone, checks that the tombstone holds its own `reaped.*` mark (else it
-moved a newer lease, and puts it back) and deletes it.
+the owner renames to n+1 at every heartbeat) to `reaped.<gen>.<token>` and touches it: that name is
+exactly what the owner renames at its next beat, so of all reapers and the owner exactly one wins,
+and a slow owner learns at its next beat that it lost the lease (fencing). Only the winner then
+renames the lease dir to a unique tombstone and deletes it. No decision reads `exists` or `stat` of
+a path (on NFS both can be wrong for ~45 s): a lease dir is never empty, so no claim can land in it
+between the two renames, and a reaper that died between them leaves a mark that ages like a
+heartbeat and is reaped in turn. A finished or quarantined unit's owner file has been renamed
+(`done.<gen>`, `quarantined.<gen>`), so no reaper's rename can win on it.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from harness.queue import owner as owners
 from harness.queue import slurmjob
 
 TOMB_PREFIX = ".tomb."
+CLAIM_PREFIX = ".claim."  # + <host>.<pid>.<gen>: a claim being prepared
 PROBE_PREFIX = ".probe."
 
 
@@ -66,29 +70,39 @@ class LeaseView:
     """What one look into a lease dir showed."""
 
     key: str
-    owner: dict[str, Any] | None  # the owner record (None before the claimant wrote it)
-    beat: str | None  # the owner file's current name, `owner.<gen>.<n>`
-    mtime: float  # server time of the last heartbeat (of the dir, before the owner file exists)
+    owner: dict[str, Any] | None  # the owner record (None for a reaper's or releaser's mark)
+    beat: str  # the file a reaper renames: `owner.<gen>.<n>`, or a dead reaper's `reaped.*` mark
+    mtime: float  # server time of its last heartbeat (or of the mark)
     age: float
-    done: bool = False  # an empty dir whose unit is done (the owner file became `<key>.done`)
+    generation: str
+    done: bool = False  # the owner file became `done.<gen>`
+    quarantined: bool = False  # the owner file became `quarantined.<gen>`
 
 
 def inspect(root: Path, key: str, now: float) -> LeaseView | None:
-    """The lease's owner and heartbeat age; None if the lease is gone (released or reaped)."""
+    """The lease's owner and heartbeat age; None if the lease is gone (released, reaped, or an
+    empty dir, which only an older layout of the queue leaves and a claim may take)."""
     path = root / key
     try:
-        beats = [n for n in os.listdir(path) if n.startswith("owner.")]
-        beat = max(beats, key=lambda n: int(n.rsplit(".", 1)[1])) if beats else None
-        fd = os.open(path / beat if beat else path, os.O_RDONLY)
+        names = os.listdir(path)
+        for state in ("done", "quarantined"):
+            found = [n for n in names if n.startswith(f"{state}.")]
+            if found:
+                return LeaseView(key, None, found[0], 0.0, 0.0, found[0].split(".")[1], **{state: True})
+        beats = [n for n in names if n.startswith("owner.")]
+        marks = [n for n in names if n.startswith(("reaped.", "released."))]
+        if not beats and not marks:
+            return None
+        beat = max(beats, key=lambda n: int(n.rsplit(".", 1)[1])) if beats else marks[0]
+        fd = os.open(path / beat, os.O_RDONLY)
         try:
             mtime = os.fstat(fd).st_mtime
-            record = _parse(os.read(fd, 1 << 16)) if beat else None
+            record = _parse(os.read(fd, 1 << 16)) if beats else None
         finally:
             os.close(fd)
     except (OSError, ValueError):
         return None  # gone, or renamed by a heartbeat this instant (so: alive)
-    done = beat is None and (root / f"{key}.done").exists()
-    return LeaseView(key, record, beat, mtime, now - mtime, done)
+    return LeaseView(key, record, beat, mtime, now - mtime, beat.split(".")[1])
 
 
 def _parse(data: bytes) -> dict[str, Any] | None:
@@ -99,27 +113,41 @@ def _parse(data: bytes) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
-class Judge:
-    """Decides which leases are dead; asks Slurm at most once per job per judge."""
+JOB_RECHECK_S = 30.0  # how long Slurm's answer about a job is trusted before it is asked again
 
-    def __init__(self, ttl: float, skew: float, job_alive: Callable[[str], bool | None] = slurmjob.job_alive):
-        self.ttl, self.skew = ttl, skew
+
+class Judge:
+    """Decides which leases are dead; asks Slurm about a job again once JOB_RECHECK_S has passed
+    (every job is alive when first seen: only a re-ask sees it end)."""
+
+    def __init__(
+        self,
+        ttl: float,
+        skew: float,
+        job_alive: Callable[[str], bool | None] = slurmjob.job_alive,
+        recheck_s: float = JOB_RECHECK_S,
+    ) -> None:
+        self.ttl, self.skew, self.recheck_s = ttl, skew, recheck_s
         self._job_alive = job_alive
-        self._jobs: dict[str, bool | None] = {}
+        self._jobs: dict[str, tuple[float, bool | None]] = {}
         self._own_job = os.environ.get("SLURM_JOB_ID", "")
+
+    def job_alive(self, job: str) -> bool | None:
+        asked = self._jobs.get(job)
+        if asked is None or time.monotonic() - asked[0] > self.recheck_s:
+            asked = (time.monotonic(), self._job_alive(job))
+            self._jobs[job] = asked
+        return asked[1]
 
     def reason(self, view: LeaseView) -> str | None:
         """Why this lease is dead, or None while it may still be alive (or finished)."""
-        if view.done:
+        if view.done or view.quarantined:
             return None
         if view.owner is not None and owners.dead_on_this_host(view.owner):
             return f"owner pid {view.owner.get('pid')} on this host is gone"
         job = str(view.owner.get("slurm_job_id", "")) if view.owner else ""
-        if job and job != self._own_job:
-            if job not in self._jobs:
-                self._jobs[job] = self._job_alive(job)
-            if self._jobs[job] is False:
-                return f"owner's Slurm job {job} has ended"
+        if job and job != self._own_job and self.job_alive(job) is False:
+            return f"owner's Slurm job {job} has ended"
         if view.age > self.ttl + self.skew:
             return f"no heartbeat for {view.age:.0f} s (LEASE_TTL={self.ttl:g})"
         return None
@@ -127,38 +155,39 @@ class Judge:
 
 def reap(root: Path, view: LeaseView) -> bool:
     """Reclaim the lease `view` saw. True for exactly one of any number of concurrent reapers."""
-    token = secrets.token_hex(6)
     path = root / view.key
-    mark = None
-    if view.beat is not None:
-        generation = view.beat.split(".")[1]
-        mark = f"reaped.{generation}.{token}"
-        try:
-            os.rename(path / view.beat, path / mark)  # the fence: owner and other reapers lose
-        except OSError as exc:
-            if lost_errno(exc):
-                return False
-            raise
-    tomb = root / f"{TOMB_PREFIX}{view.key}.{token}"
+    mark = path / f"reaped.{view.generation}.{secrets.token_hex(6)}"
+    try:
+        os.rename(path / view.beat, mark)  # the fence: the owner and other reapers lose
+        os.utime(mark, None)  # a fresh mark: no other reaper takes it while we finish
+    except OSError as exc:
+        if lost_errno(exc):
+            return False
+        raise
+    return bury(root, path, view.key)
+
+
+def bury(root: Path, path: Path, key: str) -> bool:
+    """Rename a fenced lease dir to a unique tombstone and delete it; False if it was gone."""
+    tomb = root / f"{TOMB_PREFIX}{key}.{secrets.token_hex(6)}"
     try:
         os.rename(path, tomb)
     except OSError as exc:
         if lost_errno(exc):
             return False
         raise
-    if mark is not None and not (tomb / mark).exists():
-        # We moved a newer lease than the one we fenced (it was reaped and re-claimed meanwhile).
-        try:
-            os.rename(tomb, path)
-            return False
-        except OSError:
-            pass  # someone claimed again: that newer owner is fenced at its next beat; safe
     shutil.rmtree(tomb, ignore_errors=True)
     return True
 
 
 def sweep_tombs(root: Path, names: list[str]) -> None:
-    """Delete tombstones a reaper or releaser died before deleting."""
+    """Delete tombstones a reaper or releaser died before deleting, and the staged claim dirs of
+    processes of this host that are gone."""
+    host = socket.gethostname()
     for name in names:
         if name.startswith(TOMB_PREFIX):
             shutil.rmtree(root / name, ignore_errors=True)
+        elif name.startswith(CLAIM_PREFIX):
+            claim_host, _, rest = name[len(CLAIM_PREFIX) :].rpartition(".")[0].rpartition(".")
+            if claim_host == host and rest.isdigit() and owners.start_ticks(int(rest)) is None:
+                shutil.rmtree(root / name, ignore_errors=True)
