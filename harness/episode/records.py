@@ -1,10 +1,10 @@
 """Episode records: one JSON line per finished episode, each writer in its own metrics file.
 
 Readers take the union of every `_metrics*.jsonl` under a directory, ignore a torn last line (a
-writer killed mid-write), and keep the latest record per (task, task_config, seed). Every line is
-checked against the record contract (`check_record`: each field's type and range) before it is used:
-a malformed line that is not the last one of its file is reported as "file:line: reason" and left
-out, so it never replaces a good record and is never counted; `RecordSet.warnings()` says so.
+writer killed mid-write), and keep one record per (task, task_config, seed) by `precedence`. Every
+line is checked against the record contract (`check_record`: each field's type and range) before it
+is used: a malformed line that is not the last one of its file is reported as "file:line: reason"
+and left out, so it never replaces a good record and is never counted; `RecordSet.warnings()` says so.
 """
 
 from __future__ import annotations
@@ -119,6 +119,14 @@ def check_record(record: Any) -> None:
         raise RecordError("; ".join(problems))
 
 
+def precedence(record: dict[str, Any]) -> tuple[bool, str, str]:
+    """Which of two records of one seed counts: a trial beats an errored attempt; then the writer id,
+    then that writer's own finished_at. Clocks are only ever compared within one writer (one node),
+    so a node whose clock runs ahead cannot hide another node's later success, and the choice does
+    not depend on the order the files are read in."""
+    return is_trial(record), str(record.get("worker") or ""), str(record.get("finished_at") or "")
+
+
 def record_key(record: dict[str, Any]) -> RecordKey:
     return (record["task"], record["task_config"], int(record["seed"]))
 
@@ -187,7 +195,7 @@ class RecordSet:
     def add(self, record: dict[str, Any]) -> None:
         key = record_key(record)
         old = self.records.get(key)
-        if old is None or str(record.get("finished_at", "")) >= str(old.get("finished_at", "")):
+        if old is None or precedence(record) >= precedence(old):
             self.records[key] = record
 
     def seeds(self, task: str, task_config: str) -> set[int]:

@@ -62,6 +62,7 @@ class SimClient:
         self.task_config = task_config_name(job.scene, self.bench_config)
         self.record_video = knobs.get_bool("RECORD_VIDEO")
         self.server_spec: dict[str, Any] | None = None
+        self.notes: list[str] = []  # things to report that do not change a record (a lost video)
 
     def run(self, report: Any = print) -> list[dict[str, Any]]:
         records = []
@@ -71,6 +72,9 @@ class SimClient:
                 break
             record = self.run_seed(seed)
             records.append(record)
+            for note in self.notes:
+                report(f"{self.job.task} {self.task_config} seed {seed}: {note}")
+            self.notes.clear()
             verdict = record["error"] or ("success" if record["success"] else "fail")
             took = f"{record['steps']} steps, {record['wall_s']:.1f} s"
             report(f"{self.job.task} {self.task_config} seed {seed}: {verdict} ({took})")
@@ -107,6 +111,8 @@ class SimClient:
             finally:
                 _close_quietly(episode)
         path = video.finish() if video is not None else None
+        if video is not None and video.failure:
+            self.notes.append(video.failure[:ERROR_TEXT_MAX])  # the trial stands without its video
         video_rel = str(path.relative_to(self._result_dir())) if path is not None else None
         record = self._record(
             seed, success and error is None, collided, error, steps, timing, started, video_rel

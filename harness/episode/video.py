@@ -3,7 +3,8 @@
 Frames go through a queue to a writer thread that feeds ffmpeg, so the episode loop never waits on
 the encoder's pipe (measured: ~6 ms a step on the loop's critical path when written inline). Streaming
 rather than buffering keeps a long episode's memory flat. The file appears under its final name only
-when complete.
+when complete. A video never costs an episode: an encoder failure leaves no file and is reported in
+`failure`, never raised, so the episode's result is recorded as it happened.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class VideoWriter:
         self._frames: queue.Queue[np.ndarray | None] = queue.Queue(maxsize=256)
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
+        self.failure: str | None = None  # why no video was written, once finish() has run
 
     def add(self, frame: np.ndarray) -> None:
         if self._thread is None:
@@ -52,7 +54,10 @@ class VideoWriter:
                 pass
         finally:
             if gen is not None:
-                gen.close()
+                try:
+                    gen.close()
+                except BaseException as exc:  # ffmpeg failed at the end (its exit status)
+                    self._failure = self._failure or exc
 
     def _stop(self) -> None:
         if self._thread is not None:
@@ -61,13 +66,16 @@ class VideoWriter:
             self._thread = None
 
     def finish(self) -> Path | None:
-        """Wait for the encoder and publish the file; None when no frame was written."""
+        """Wait for the encoder and publish the file; None when no frame was written or the encoder
+        failed (then `failure` says why)."""
         if self._thread is None:
             return None
         self._stop()
         if self._failure is not None:
             self._tmp.unlink(missing_ok=True)
-            raise RuntimeError(f"video {self.path}: {self._failure}") from self._failure
+            why = f"{type(self._failure).__name__}: {self._failure}"
+            self.failure = f"video {self.path.name} not written: {why}"
+            return None
         self._tmp.replace(self.path)
         return self.path
 

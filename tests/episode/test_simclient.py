@@ -117,3 +117,17 @@ def test_one_record_per_seed_and_a_crash_does_not_stop_the_unit(records) -> None
 def test_stops_at_the_first_success(records) -> None:
     _, _, bench = records
     assert bench.episodes[0].steps == 3  # chunk of 2 executed, then 1 more: stopped mid-chunk
+
+
+def test_a_video_failure_keeps_the_finished_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 11, item 5: an ffmpeg failure used to turn a finished trial into an errored record."""
+    monkeypatch.setenv("RECORD_VIDEO", "1")
+    monkeypatch.setenv("BENCH_CONFIG", "clean")
+    monkeypatch.setenv("IMAGEIO_FFMPEG_EXE", "/bin/false")  # an encoder that fails every time
+    bench = ScriptedBench({0: (3, None), 1: (None, None)})
+    said: list[str] = []
+    job = SimJob(tmp_path / "run", "table", "T", [0, 1], "w7")
+    recs = SimClient(bench, ScriptedPolicy(), job).run(said.append)
+    assert [(r["error"], r["success"], r["video"]) for r in recs] == [(None, True, None), (None, False, None)]
+    assert any("seed 0: video seed0.mp4 not written" in line for line in said)
+    assert not list((tmp_path / "run").rglob("*.mp4"))

@@ -96,7 +96,7 @@ def test_slurm_is_asked_again_only_after_the_recheck_interval() -> None:
 @pytest.mark.slurm
 def test_the_real_job_alive_sees_a_job_start_and_end(slurm: dict[str, str]) -> None:
     env = {**os.environ, **slurm}
-    argv = ["sbatch", "--parsable", "--wrap", "sleep 300"]
+    argv = ["sbatch", "--parsable", "--output=/dev/null", "--wrap", "sleep 300"]
     out = subprocess.run(argv, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     job = out.stdout.strip().split(";")[0]
