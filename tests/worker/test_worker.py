@@ -89,6 +89,18 @@ def test_a_model_server_dead_after_start_is_seen_at_once_and_is_not_a_crash(tmp_
     assert not list(run.leases.glob("*.crash.*"))  # not counted as an attempt of the unit
 
 
+def test_a_model_server_death_mid_unit_is_not_an_attempt_of_the_unit(tmp_path: Path) -> None:
+    """Issue 11, item 4: the server died at seed 1 and was restarted for seed 2; the unit's errored
+    seed 1 was then counted as a crash of the unit, because the check came after the restart."""
+    run = make_run(tmp_path / "run", [("s", "t0")])
+    env = pool_env(run, EVAL_TEST_NUM="3", SLEEP_POLICY_DIE_AT_SEED=f"{tmp_path / 'died'}:1")
+    _run_pool(env, 1, tmp_path, timeout=90)
+    check_finished(run, env, set())  # seed 1 re-run on the next claim: every seed has a trial
+    log = (tmp_path / "w0.log").read_text()
+    assert "model server died during the unit" in log and "errored attempt" not in log, log
+    assert not list(run.leases.glob("*.crash.*"))
+
+
 def test_a_frozen_worker_starts_no_episode_while_another_worker_takes_its_unit(tmp_path: Path) -> None:
     """SIGSTOP past LEASE_TTL: its sim client used to record on through the freeze (issue 15.8)."""
     run = make_run(tmp_path / "run", [("s", "t0")])

@@ -3,7 +3,9 @@ queue and worker tests exercise a real model server without a model.
 
 SLEEP_POLICY_DIE_ONCE=<path>: the first server to load (the one that creates <path>) exits on its
 own once it has published its ready file and a sim client for it has been started, before that
-client connects: the worker checked the server alive, then it died, leaving a stale ready file."""
+client connects: the worker checked the server alive, then it died, leaving a stale ready file.
+SLEEP_POLICY_DIE_AT_SEED=<path>:<seed>: the first server to see an observation of <seed> (and create
+<path>) exits there, mid-episode."""
 
 from __future__ import annotations
 
@@ -59,6 +61,14 @@ def get_model(usr_args: dict[str, Any]) -> Sleeper:
 
 
 def encode_obs(obs: dict[str, Any]) -> dict[str, Any]:
+    marker, _, seed = os.environ.get("SLEEP_POLICY_DIE_AT_SEED", "").rpartition(":")
+    if marker and obs["episode"]["seed"] == int(seed):
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            pass
+        else:
+            os._exit(1)  # mid-episode, once: the server dies during the unit
     return {"proprio": np.asarray(obs["proprio"])}
 
 
