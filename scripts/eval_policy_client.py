@@ -3,7 +3,8 @@
 Knobs (BENCHMARK, BENCH_CONFIG, IMAGE_SIZE, EXEC_ACTIONS, ACTION_SMOOTH, RECORD_VIDEO, ...) come from
 the environment. Records go to this writer's own metrics file in the run dir, videos next to it.
 Exit 0 when every seed has a record (errored episodes included); 2 when it cannot run at all (bad
-arguments, no model server, spec mismatch); 3 when the connection to the server is lost mid-unit.
+arguments, no model server, spec mismatch); 3 when the connection to the server is lost mid-unit;
+5 (no episode run) when the code it runs is not the code the run's contract hashed.
 
 Example:
   $SIM_PY scripts/eval_policy_client.py --run-dir runs/demo --scene table --task PickCube \\
@@ -17,7 +18,10 @@ import sys
 from pathlib import Path
 
 from harness.config import knobs
+from harness.config.contract import CODE_REFUSED_EXIT, check_code
 from harness.config.failures import run_command
+from harness.config.manifest import ContractMismatch
+from harness.config.rundir import RunDir
 from harness.episode.bench import load_benchmark
 from harness.episode.simclient import SimClient, SimJob
 from harness.wire.client import PolicyClient
@@ -44,6 +48,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if RunDir(args.run_dir).manifest.exists():
+        try:
+            check_code(args.run_dir)
+        except ContractMismatch as exc:
+            print(f"eval_policy_client: refusing to run: {exc}", file=sys.stderr)
+            return CODE_REFUSED_EXIT
     try:
         bench = load_benchmark(knobs.get("BENCHMARK"))
         wire = {"codec": knobs.get("WIRE_CODEC"), "max_frame": knobs.get_int("WIRE_MAX_FRAME")}

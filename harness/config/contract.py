@@ -55,14 +55,35 @@ def build_contract(cells: list[Cell], env: Mapping[str, str]) -> dict[str, Any]:
     knobs = contract_knobs(env)
     bundle = str(bundle_root(env))
     ckpt = resolve_checkpoint(knobs["CKPT_NAME"], env)
-    code = fingerprint([CODE_ROOT / p for p in CODE_PATHS if (CODE_ROOT / p).exists()], CODE_ROOT)
     return {
         "knobs": knobs,
         "checkpoint": None if ckpt is None else {"method": METHOD, **fingerprint([ckpt]).as_dict()},
         "queue": {"units": len(cells), "sha256": _queue_sha256(cells)},
         "seeds": _seeds_section(knobs, cells, bundle),
-        "code": {"paths": list(CODE_PATHS), "sha256": code.sha256},
+        "code": {"paths": list(CODE_PATHS), "sha256": code_sha256()},
     }
+
+
+CODE_REFUSED_EXIT = 5  # a sim client's exit status when `check_code` refused (no episode was run)
+
+
+def code_sha256(root: Path | None = None) -> str:
+    """The content hash of the code under CODE_PATHS of `root` (default: the code this process runs)."""
+    root = CODE_ROOT if root is None else root
+    return fingerprint([root / p for p in CODE_PATHS if (root / p).exists()], root).sha256
+
+
+def check_code(run_dir: Path | str) -> None:
+    """Raise ContractMismatch when the code this process runs is not the code the run's contract
+    hashed. Each sim client checks this itself: a node's code copy can be refreshed between the
+    worker's start-up check and a later unit."""
+    manifest = load_manifest(run_dir)
+    want, have = manifest.contract["code"]["sha256"], code_sha256()
+    if want != have:
+        raise ContractMismatch(
+            f"the code this sim client runs ({CODE_ROOT}) is not the run's ({Path(run_dir) / 'run.yaml'}):",
+            [f"code.sha256: run.yaml has {want!r}, this code has {have!r} (under {', '.join(CODE_PATHS)})"],
+        )
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:

@@ -25,8 +25,9 @@ from pathlib import Path
 from types import FrameType
 
 from harness.config import knobs
-from harness.config.contract import verify_environment
+from harness.config.contract import CODE_REFUSED_EXIT, verify_environment
 from harness.config.failures import run_command
+from harness.config.manifest import ContractMismatch
 from harness.config.paths import run_dir
 from harness.config.plan import open_queue
 from harness.config.rundir import RunDir
@@ -161,6 +162,9 @@ class Worker:
         except ModelServerError as exc:
             self.log(f"cannot run: {exc}")
             return 1
+        except ContractMismatch as exc:
+            self.log(f"refusing to run: {exc}")
+            return 2
         finally:
             self.server.stop()
             shutil.rmtree(self.tmp, ignore_errors=True)
@@ -169,8 +173,8 @@ class Worker:
         """One claim: run the unit's missing seeds, then release it, done or not."""
         try:
             self.run_unit(queue, lease)
-        except ModelServerError:
-            queue.mark(lease, done=False)
+        except (ModelServerError, ContractMismatch):
+            queue.mark(lease, done=False)  # not the unit's fault: no crash counted
             raise
 
     def run_unit(self, queue: LeaseQueue, lease: Lease) -> None:
@@ -221,6 +225,8 @@ class Worker:
                 self.sim_argv(unit, todo), self.env, relay, self.progress, stall, deadline, cancel,
                 peer_alive=self.server.alive,
             )  # fmt: skip
+            if outcome.returncode == CODE_REFUSED_EXIT and outcome.killed is None:
+                raise ContractMismatch("the sim client refused to run (its log line above says why)", [])
             records = read_tree(result_dir).records
             recorded = {  # seeds this run of the client wrote a record for
                 s

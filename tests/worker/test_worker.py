@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from datetime import datetime
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.config.rundir import RunDir
 from harness.episode.records import read_tree
 from harness.queue import slurmjob
 from harness.queue.listing import scan
@@ -99,6 +101,43 @@ def test_a_model_server_death_mid_unit_is_not_an_attempt_of_the_unit(tmp_path: P
     log = (tmp_path / "w0.log").read_text()
     assert "model server died during the unit" in log and "errored attempt" not in log, log
     assert not list(run.leases.glob("*.crash.*"))
+
+
+def test_episode_code_edited_after_the_workers_check_is_refused_by_the_sim_client(tmp_path: Path) -> None:
+    """Issue 11, item 6: a node's code copy refreshed between the worker's start-up check and a unit
+    used to run new episode code under the run's old contract hash."""
+    code = tmp_path / "code"
+    for name in ("harness", "policy", "scripts", "slurm", "tests", "env.sh"):
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, code / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, code / name)
+    (code / "envs").symlink_to(REPO / "envs")
+    (tmp_path / "queue.txt").write_text("s t0\n")
+    run = RunDir(tmp_path / "runs" / "r")
+    env = pool_env(run, EVAL_ROOT=str(code), PYTHONPATH=str(code), POLICY_ARGS="load_s=3",
+                   POLICY=str(code / "tests" / "policies" / "sleep"))  # fmt: skip
+    made = subprocess.run(
+        [env.get("SIM_PY", sys.executable), str(code / "scripts" / "new_run.py"), str(run.root),
+         "--queue", str(tmp_path / "queue.txt")], env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    log = tmp_path / "w0.log"
+    with open(log, "ab") as out:
+        argv = ["bash", str(code / "slurm" / "eval_worker.sh")]
+        proc = subprocess.Popen(argv, env={**env, "WORKER_ID": "w0"}, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+    try:
+        wait_for(lambda: "verified against" in log.read_text(), 60, "the worker's contract check")
+        with open(code / "harness" / "episode" / "simclient.py", "a") as edit:
+            edit.write("# an edit to the episode code mid-run\n")
+        assert proc.wait(60) == 2, log.read_text()
+    finally:
+        stop_group(proc)
+    text = log.read_text()
+    assert "refusing to run" in text and "code.sha256" in text, text
+    assert read_tree(run.results).records == {}  # not one episode under the wrong code
 
 
 def test_a_frozen_worker_starts_no_episode_while_another_worker_takes_its_unit(tmp_path: Path) -> None:
