@@ -20,7 +20,8 @@ trap 'exec >&- 2>&-; wait "$tee_pid"' EXIT  # the log is complete when the node 
 echo "[node $node] $(date -Is) start: run=$STUDY_RUN job=${SLURM_JOB_ID:-none}"
 
 # Stage if cold, pin, refresh code: prints exports of SIM_PY, MODEL_PY, EVAL_ROOT, PYTHONPATH, CKPT_DIR, HF_HOME.
-exports="$("$SIM_PY" -m harness.node.cli prepare)"
+# The staged entries are held by this script's pid (EVAL_NODE_PID): no other job's pruning removes them.
+exports="$(EVAL_NODE_PID=$$ "$SIM_PY" -m harness.node.cli prepare)"
 eval "$exports"
 cd "$EVAL_ROOT"
 

@@ -22,7 +22,7 @@ from harness.config import knobs
 from harness.config.failures import run_command
 from harness.config.paths import resolve_checkpoint
 from harness.node.codesync import sync_code
-from harness.node.staging import GB, StagingError, node_lock, prune, stage
+from harness.node.staging import GB, StagingError, hold, node_lock, prune, stage
 from harness.node.venvs import install_pin, is_venv, relocate
 
 
@@ -92,6 +92,9 @@ def prepare(log=print) -> dict[str, str]:
         backbones = knobs.get("STAGE_BACKBONES").split()
         if backbones:
             out["HF_HOME"] = str(_stage_backbones(cache, Path(os.environ["HF_HOME"]), backbones, in_use, log))
+        holder = int(os.environ.get("EVAL_NODE_PID") or os.getppid())  # the node script, for its lifetime
+        for root in in_use:
+            hold(root, holder)
         keep = set(knobs.get("CACHE_KEEP").split())
         removed = prune(cache, int(knobs.get_float("CACHE_MAX_GB") * GB), in_use, keep)
         for path in removed:

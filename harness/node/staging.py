@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config.failures import Failed
+from harness.queue.owner import start_ticks
 
 STAMP = ".stage.json"
 USED = ".used"
@@ -140,10 +141,31 @@ def stage(
     return root / label
 
 
+HOLD_PREFIX = ".held-by."  # + <pid>: a node run on this host that runs from the entry
+
+
+def hold(entry_root: Path, pid: int) -> None:
+    """Mark `entry_root` in use by process `pid` (a node script) for as long as that process lives."""
+    (entry_root / f"{HOLD_PREFIX}{pid}").touch()
+
+
+def held(entry_root: Path) -> bool:
+    """True while some live process holds the entry; the holds of dead processes are dropped."""
+    alive = False
+    for mark in entry_root.glob(f"{HOLD_PREFIX}*"):
+        pid = mark.name[len(HOLD_PREFIX) :]
+        if pid.isdigit() and start_ticks(int(pid)) is not None:
+            alive = True
+        else:
+            mark.unlink(missing_ok=True)
+    return alive
+
+
 def prune(cache: Path, max_bytes: int, in_use: set[Path], keep_labels: set[str]) -> list[Path]:
     """Remove least recently used entries until the cache fits `max_bytes`; returns what was removed.
 
-    Entries in use by this node run and entries whose label is in `keep_labels` are never removed.
+    Entries in use by this node run, entries another live node run on this host holds (`hold`) and
+    entries whose label is in `keep_labels` are never removed.
     """
     found = sorted(entries(cache), key=lambda e: e.last_used)
     total = sum(e.size for e in found)
@@ -151,7 +173,7 @@ def prune(cache: Path, max_bytes: int, in_use: set[Path], keep_labels: set[str])
     for entry in found:
         if total <= max_bytes:
             break
-        if entry.root in in_use or entry.label in keep_labels:
+        if entry.root in in_use or entry.label in keep_labels or held(entry.root):
             continue
         (entry.root / STAMP).unlink()
         shutil.rmtree(entry.root, ignore_errors=True)
@@ -178,7 +200,7 @@ def _ensure_space(cache: Path, size: int, source: Path, keep: set[Path]) -> None
     if shutil.disk_usage(cache).free >= size + margin:
         return
     for entry in sorted(entries(cache), key=lambda e: e.last_used):
-        if entry.root not in keep and time.time() - entry.last_used > 60:
+        if entry.root not in keep and time.time() - entry.last_used > 60 and not held(entry.root):
             (entry.root / STAMP).unlink()
             shutil.rmtree(entry.root, ignore_errors=True)
             if shutil.disk_usage(cache).free >= size + margin:

@@ -88,6 +88,24 @@ def test_prune_keeps_in_use_and_cache_keep_drops_least_recently_used(tmp_path: P
     assert sorted(e.label for e in entries(cache)) == ["keepme", "new"]
 
 
+def test_prune_never_removes_an_entry_another_live_node_run_holds(tmp_path: Path) -> None:
+    """Issue 11, item 10: pruning protected only the current launch's entries; a concurrent job on
+    the same node could lose the staged venv it was running from."""
+    cache = tmp_path / "cache"
+    ours = stage(cache, "ckpt", make_tree(tmp_path / "ours", {"w.bin": 100_000}), log=lambda _m: None)
+    theirs = stage(cache, "env", make_tree(tmp_path / "theirs", {"w.bin": 100_000}), log=lambda _m: None)
+    os.utime(theirs.parent / staging.USED, (1000, 1000))  # the least recently used: first to go
+    other_job = subprocess.Popen(["sleep", "60"])
+    try:
+        staging.hold(theirs.parent, other_job.pid)
+        assert prune(cache, 0, in_use={ours.parent}, keep_labels=set()) == []
+        assert theirs.exists()
+    finally:
+        other_job.kill()
+        other_job.wait()
+    assert prune(cache, 0, in_use={ours.parent}, keep_labels=set()) == [theirs.parent]  # its holder is gone
+
+
 def test_full_node_disk_is_a_clear_error_and_nothing_half_copied(tmp_path: Path) -> None:
     """A real 2 MiB tmpfs as the node cache, in a private mount namespace (needs root)."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
