@@ -21,7 +21,7 @@ from pathlib import Path
 from harness.config import knobs
 from harness.config.failures import run_command
 from harness.config.paths import resolve_checkpoint
-from harness.node.codesync import sync_code
+from harness.node.codesync import code_copy
 from harness.node.staging import GB, StagingError, hold, node_lock, prune, stage
 from harness.node.venvs import install_pin, is_venv, relocate
 
@@ -76,9 +76,10 @@ def prepare(log=print) -> dict[str, str]:
     out = {"SIM_PY": os.environ["SIM_PY"], "MODEL_PY": os.environ["MODEL_PY"], "CKPT_DIR": ""}
     in_use: set[Path] = set()
     with node_lock(cache):
-        code = cache / "code" / f"{eval_root.name}-{hashlib.sha256(str(eval_root).encode()).hexdigest()[:8]}"
-        copied = sync_code(eval_root, code)
-        log(f"[node] code refreshed from {eval_root}: {copied} file(s) updated in {code}")
+        holder = int(os.environ.get("EVAL_NODE_PID") or os.getppid())  # the node script, for its lifetime
+        (cache / "code").mkdir(parents=True, exist_ok=True)
+        code = code_copy(eval_root, cache / "code", holder)
+        log(f"[node] code of {eval_root}: version {code.name} in {code}")
         for env_name in wanted:
             key = f"{env_name.upper()}_PY"
             python = out[key]
@@ -92,7 +93,6 @@ def prepare(log=print) -> dict[str, str]:
         backbones = knobs.get("STAGE_BACKBONES").split()
         if backbones:
             out["HF_HOME"] = str(_stage_backbones(cache, Path(os.environ["HF_HOME"]), backbones, in_use, log))
-        holder = int(os.environ.get("EVAL_NODE_PID") or os.getppid())  # the node script, for its lifetime
         for root in in_use:
             hold(root, holder)
         keep = set(knobs.get("CACHE_KEEP").split())

@@ -1,9 +1,11 @@
-"""Refresh the node-local copy of the code from the shared tree at every node start.
+"""The node-local copy of the code, content-addressed: one directory per version of the code.
 
 Why: workers import the harness, scripts, policy wrappers and benchmark code from local disk, yet an
-edit on the shared tree must take effect at the next launch without re-staging envs. Only files whose
-size or mtime differ are copied (each via temp file + rename, so a running worker on this node never
-reads half a file); files gone from the source are removed.
+edit on the shared tree must take effect at the next launch without re-staging envs. Each launch
+copies the shared tree's code into `<cache>/code/<name>-<content hash>/` (or reuses that version's
+copy), so a worker still running an older version on this node never sees a file change under it:
+the code a run's contract hashed stays the code its workers run. The copies in use are held by
+their node script (`staging.hold`); the older unheld ones beyond KEEP_VERSIONS are removed.
 """
 
 from __future__ import annotations
@@ -12,9 +14,43 @@ import os
 import shutil
 from pathlib import Path
 
+from harness.config.fingerprint import fingerprint
+from harness.node.staging import held, hold
+
+KEEP_VERSIONS = 3  # unheld older code copies kept per node (they are small)
 CODE_DIRS = ("harness", "scripts", "policy", "slurm", "tests", "orchestrators")
 CODE_FILES = ("env.sh", "pyproject.toml")
 _SKIP = {"__pycache__", ".pytest_cache", ".ruff_cache"}
+COMPLETE = ".code-version"  # written last: a copy without it is half made, never used
+
+
+def code_copy(source: Path, cache: Path, holder: int) -> Path:
+    """This version of `source`'s code under `cache` (copied now unless a copy exists), held by `holder`."""
+    parts = [source / n for n in (*CODE_DIRS, *CODE_FILES) if (source / n).exists()]
+    version = fingerprint(parts, source, exclude=()).sha256[:16]
+    dest = cache / f"{source.name}-{version}"
+    if not (dest / COMPLETE).exists():  # callers hold the node lock: no other launch is copying
+        shutil.rmtree(dest, ignore_errors=True)  # a copy a crash left half made
+        tmp = cache / f".{dest.name}.{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        sync_code(source, tmp)
+        (tmp / COMPLETE).write_text(version)
+        try:
+            os.rename(tmp, dest)
+        except OSError:  # another launch on this node published the same version meanwhile
+            shutil.rmtree(tmp, ignore_errors=True)
+    hold(dest, holder)
+    os.utime(dest / COMPLETE)
+    _drop_old_versions(cache, keep=dest)
+    return dest
+
+
+def _drop_old_versions(cache: Path, keep: Path) -> None:
+    versions = sorted((d for d in cache.glob("*/") if (d / COMPLETE).exists() and d != keep),
+                      key=lambda d: (d / COMPLETE).stat().st_mtime, reverse=True)  # fmt: skip
+    for old in versions[KEEP_VERSIONS:]:
+        if not held(old):
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def sync_code(source: Path, dest: Path) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.node import cli as node
-from harness.node.codesync import sync_code
+from harness.node.codesync import code_copy, sync_code
 from harness.node.staging import StagingError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,3 +143,23 @@ def test_unsatisfiable_pin_stops_the_node_naming_pin_and_wheelhouse(tmp_path: Pa
         f"SIM_PIN=sapien==9.9.9 cannot be satisfied from wheelhouse {tmp_path / 'wheels'}"
         in done.stdout + done.stderr
     )
+
+
+def test_each_code_version_gets_its_own_copy_and_a_running_copy_never_changes(tmp_path: Path) -> None:
+    """Issue 11, item 6: the node's code copy was keyed by path and re-synced in place at each launch,
+    so a worker of an earlier launch ran files changed under it."""
+    src = tmp_path / "src"
+    (src / "harness").mkdir(parents=True)
+    (src / "harness" / "a.py").write_text("A = 1\n")
+    holder = subprocess.Popen(["sleep", "60"])
+    try:
+        first = code_copy(src, tmp_path / "code", holder.pid)
+        assert code_copy(src, tmp_path / "code", holder.pid) == first  # same version: reused
+        (src / "harness" / "a.py").write_text("A = 2\n")
+        second = code_copy(src, tmp_path / "code", holder.pid)
+        assert second != first
+        assert (first / "harness" / "a.py").read_text() == "A = 1\n"  # the running version is intact
+        assert (second / "harness" / "a.py").read_text() == "A = 2\n"
+    finally:
+        holder.kill()
+        holder.wait()
