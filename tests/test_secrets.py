@@ -8,23 +8,17 @@ everything the commands printed is searched for the token.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
+from support.codecopy import copy_code
+
 ROOT = Path(__file__).resolve().parent.parent
-CODE = ("harness", "policy", "scripts", "slurm", "tests", "env.sh", "pyproject.toml")
 SECRET = "hf_TESTSECRET0123456789abcdef"
 
 
 def _snapshot(root: Path) -> Path:
-    for name in CODE:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, root / name)
-    (root / "envs").symlink_to(ROOT / "envs")
+    copy_code(root)
     (root / ".env").write_text(f"HF_TOKEN={SECRET}\nexport OTHER_SECRET={SECRET}-2\n")
     return root
 

@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 import tracemalloc
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,19 +67,6 @@ def session_works(ready: Path, **options: Any) -> bool:
 
 def server_python() -> str:
     return model_python() or sys.executable
-
-
-@pytest.fixture
-def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
-    listener = socket.create_server(("127.0.0.1", 0))
-    a = socket.create_connection(listener.getsockname())
-    b, _ = listener.accept()
-    listener.close()
-    a.settimeout(10)
-    b.settimeout(10)
-    yield a, b
-    a.close()
-    b.close()
 
 
 # 1. memory held before (and after) authentication

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
 
 import msgpack
 import numpy as np
@@ -19,19 +17,6 @@ from harness.wire.errors import PeerClosed, WireError
 from harness.wire.frames import recv_frame, send_frame
 
 CODECS = [JsonCodec(), MsgpackCodec()]
-
-
-@pytest.fixture
-def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
-    listener = socket.create_server(("127.0.0.1", 0))
-    a = socket.create_connection(listener.getsockname())
-    b, _ = listener.accept()
-    listener.close()
-    a.settimeout(10)
-    b.settimeout(10)
-    yield a, b
-    a.close()
-    b.close()
 
 
 def sample() -> dict:

@@ -24,6 +24,7 @@ from harness.queue.listing import scan
 from harness.queue.units import Unit
 from harness.worker.loop import Worker
 from harness.worker.sim_process import SimOutcome
+from support.codecopy import copy_code
 from support.poolkit import REPO, check_finished, make_run, pool_env, start_worker, stop_group, wait_for
 
 
@@ -106,14 +107,7 @@ def test_a_model_server_death_mid_unit_is_not_an_attempt_of_the_unit(tmp_path: P
 def test_episode_code_edited_after_the_workers_check_is_refused_by_the_sim_client(tmp_path: Path) -> None:
     """Issue 11, item 6: a node's code copy refreshed between the worker's start-up check and a unit
     used to run new episode code under the run's old contract hash."""
-    code = tmp_path / "code"
-    for name in ("harness", "policy", "scripts", "slurm", "tests", "env.sh"):
-        src = REPO / name
-        if src.is_dir():
-            shutil.copytree(src, code / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, code / name)
-    (code / "envs").symlink_to(REPO / "envs")
+    code = copy_code(tmp_path / "code")
     (tmp_path / "queue.txt").write_text("s t0\n")
     run = RunDir(tmp_path / "runs" / "r")
     env = pool_env(run, EVAL_ROOT=str(code), PYTHONPATH=str(code), POLICY_ARGS="load_s=3",
