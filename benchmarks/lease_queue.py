@@ -1,8 +1,12 @@
 """Benchmark of the filesystem lease queue: claim throughput, FS operations per claim, makespan.
 
-Phase 1: UNITS no-op units claimed and marked done by WORKERS processes on local disk: claims per
-second and filesystem operations per claim (every mkdir, rename, open, stat, utime, listdir, unlink,
-rmdir and write the queue makes, counted in each worker process).
+Phase 1: UNITS no-op units claimed and marked done by WORKERS processes: claims per second and
+filesystem operations per claim (every mkdir, rename, open, stat, utime, listdir, unlink, rmdir and
+write the queue makes, counted in each worker process). On local disk by default; `--root DIR` runs
+it in DIR instead, once per `--root`, all in one run, so filesystems compare side by side.
+`--root DIR1,DIR2` is one directory seen through two mounts (two NFS client mounts, as two nodes
+see a run dir): the workers alternate between them. tests/nfs/ shows how to get two kernel NFS
+client mounts on a machine without NFS (`python tests/nfs/uml.py up`, then run this inside the guest).
 Phase 2: makespan against the ideal max(total work / workers, longest unit) for a skewed workload
 (a few cells 20x longer than the median cell), once with whole cells as units and once with
 seed-slice units (UNIT_SEEDS). Work is a sleep, so the figures measure the queue, not the CPU.
@@ -72,15 +76,22 @@ def worker(run: RunDir, units: list[Unit], wid: int, durations: dict[str, float]
 
 
 def run_pool(
-    units: list[Unit], workers: int, durations: dict[str, float], label: str
+    units: list[Unit], workers: int, durations: dict[str, float], label: str, mounts: list[Path] | None = None
 ) -> tuple[float, int, int]:
     """Seconds from the common start until the last unit was done, claims, FS operations (the
-    idle workers' polling until they see that nothing is left included)."""
-    root = Path(tempfile.mkdtemp(prefix="lease-bench-"))
-    run = RunDir(root)
+    idle workers' polling until they see that nothing is left included). The run dir is made in
+    `mounts[0]` (default: the temp dir); worker i sees it through `mounts[i % len(mounts)]`."""
+    if mounts:
+        mounts[0].mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="lease-bench-", dir=mounts[0] if mounts else None))
+    views = [RunDir(mount / root.name) for mount in mounts] if mounts else [RunDir(root)]
+    run = views[0]
     ctx = mp.get_context("fork")
     gate, out = ctx.Barrier(workers + 1), ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(run, units, i, durations, gate, out)) for i in range(workers)]
+    procs = [
+        ctx.Process(target=worker, args=(views[i % len(views)], units, i, durations, gate, out))
+        for i in range(workers)
+    ]
     for proc in procs:
         proc.start()
     gate.wait()
@@ -149,14 +160,31 @@ def main() -> None:
     parser.add_argument(
         "--skew", choices=("seeds", "episodes"), default="seeds", help="what makes long cells long"
     )
+    parser.add_argument(
+        "--root", action="append", metavar="DIR[,DIR2]", default=[],
+        help="run phase 1 in DIR (repeatable: one phase 1 each, side by side); DIR,DIR2: one directory "
+        "through two mounts, the workers alternating between them (default: local disk)",
+    )  # fmt: skip
+    parser.add_argument("--throughput-only", action="store_true", help="phase 1 only (no makespan runs)")
     args = parser.parse_args()
     os.environ.update({"LEASE_TTL": "600", "HEARTBEAT_S": "5"})
 
     units = [Unit("bench", f"t{i}", "bench", 0, 1, (i,)) for i in range(args.units)]
-    wall, claims, ops = run_pool(units, args.workers, {}, "throughput")
-    claims_per_s, ops_per_claim = claims / wall, ops / claims
-    print(f"throughput: {claims} claims by {args.workers} processes in {wall:.2f} s: "
-          f"{claims_per_s:.0f} claims/s, {ops_per_claim:.1f} FS ops per claim")  # fmt: skip
+    figures = []
+    for spec in args.root or [""]:
+        mounts = [Path(p) for p in spec.split(",")] if spec else None
+        label = f"throughput on {spec}" if spec else "throughput"
+        wall, claims, ops = run_pool(units, args.workers, {}, label, mounts)
+        figures.append((spec or "local", claims / wall, ops / claims))
+        print(f"{label}: {claims} claims by {args.workers} processes in {wall:.2f} s: "
+              f"{claims / wall:.0f} claims/s, {ops / claims:.1f} FS ops per claim")  # fmt: skip
+    if len(figures) > 1:
+        for spec, claims_per_s, ops_per_claim in figures:
+            print(f"root={spec} claims_per_s={claims_per_s:.0f} ops_per_claim={ops_per_claim:.1f}")
+    _, claims_per_s, ops_per_claim = figures[0]
+    if args.throughput_only:
+        print(f"claims_per_s={claims_per_s:.0f} ops_per_claim={ops_per_claim:.1f}")
+        return
     makespan(args, 0)
     ratio, _ = makespan(args, args.unit_seeds)
     print(f"claims_per_s={claims_per_s:.0f} ops_per_claim={ops_per_claim:.1f} makespan_ratio={ratio:.3f}")

@@ -23,6 +23,19 @@ if [ ! -f "$STAMPS/apt.$apt_stamp" ]; then
   apt-get install -y -qq --no-install-recommends -t bookworm-backports mesa-vulkan-drivers >/dev/null
   touch "$STAMPS/apt.$apt_stamp"
 fi
+# The NFS tests (tests/nfs/): a user-mode-linux guest (a Linux kernel run as a process, the host's /
+# as its root) runs kernel nfsd and two kernel NFS client mounts; this kernel has no NFS. The guest
+# uses the host's binaries: nfsd tools, rpcbind, modprobe (kmod), ip; gcc builds its LD_PRELOAD shim.
+NFS_PACKAGES=(user-mode-linux nfs-kernel-server nfs-common rpcbind kmod iproute2 gcc libc6-dev)
+nfs_stamp="$(echo "${NFS_PACKAGES[*]}" | sha256sum | cut -c1-16)"
+if [ ! -f "$STAMPS/apt-nfs.$nfs_stamp" ]; then
+  log "Debian packages for the NFS tests: ${NFS_PACKAGES[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${NFS_PACKAGES[@]}" >/dev/null
+  rm -f "$STAMPS/apt-nfs".*
+  touch "$STAMPS/apt-nfs.$nfs_stamp"
+fi
 
 make_env() {  # make_env NAME: requirements/NAME.txt (what we ask for) + NAME.lock (pinned versions)
   local name="$1" dir="$ENVS_ROOT/$1" req="$EVAL_ROOT/requirements/$1"

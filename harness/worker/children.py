@@ -81,7 +81,8 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 def sweep_dead_temp_dirs(prefix: str) -> list[Path]:
     """Remove the temp dirs `<tmp>/<prefix><pid>-*` whose pid is gone (a SIGKILLed worker cannot
-    clean up after itself); the dirs removed. A dir of a live pid is left alone."""
+    clean up after itself); the dirs removed. A dir of a live pid is left alone; `prefix` names the
+    PID namespace, so a container sharing /tmp never judges another namespace's pids."""
     removed = []
     for path in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
         pid = path.name[len(prefix) :].split("-", 1)[0]

@@ -34,13 +34,15 @@ from harness.config.rundir import RunDir
 from harness.episode.records import RecordSet, append_record, read_tree
 from harness.queue import slurmjob
 from harness.queue.leases import Lease, LeaseQueue
+from harness.queue.owner import pid_namespace
 from harness.queue.units import Unit
 from harness.worker import children
 from harness.worker.model_server_process import ModelServerError, ModelServerProcess
 from harness.worker.sim_process import SimOutcome, read_progress, run_sim
 
 MAX_SERVER_RESTARTS = 3  # a model server that keeps dying stops its worker (exit 1), not the run
-TEMP_PREFIX = "eval-worker-"  # + pid: a SIGKILLed worker's dir is swept by the next worker here
+# + <pid namespace>-<pid>-: a SIGKILLed worker's dir is swept by the next worker of this namespace
+TEMP_PREFIX = f"eval-worker-{''.join(c for c in pid_namespace() if c.isdigit())}-"
 SEED_IN_LINE = re.compile(r"\bseed (\d+)\b")
 
 

@@ -22,7 +22,7 @@ from harness.episode.records import read_tree
 from harness.queue import slurmjob
 from harness.queue.listing import scan
 from harness.queue.units import Unit
-from harness.worker.loop import Worker
+from harness.worker.loop import TEMP_PREFIX, Worker
 from harness.worker.sim_process import SimOutcome
 from support.codecopy import copy_code
 from support.poolkit import REPO, check_finished, make_run, pool_env, start_worker, stop_group, wait_for
@@ -200,17 +200,19 @@ def test_a_full_disk_stops_the_worker_with_one_line_naming_the_file(tmp_path: Pa
 def test_the_temp_dir_of_a_killed_worker_is_swept_by_the_next_one(tmp_path: Path) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
-    stale = Path(tempfile.gettempdir()) / f"eval-worker-{dead.pid}-left"
-    live = Path(tempfile.gettempdir()) / f"eval-worker-{os.getpid()}-mine"
-    for path in (stale, live):
+    stale = Path(tempfile.gettempdir()) / f"{TEMP_PREFIX}{dead.pid}-left"
+    live = Path(tempfile.gettempdir()) / f"{TEMP_PREFIX}{os.getpid()}-mine"
+    elsewhere = Path(tempfile.gettempdir()) / f"eval-worker-1-{dead.pid}-theirs"  # another PID namespace
+    for path in (stale, live, elsewhere):
         (path / "sub").mkdir(parents=True, exist_ok=True)
     try:
         worker = Worker(make_run(tmp_path / "run", [("s", "t0")]), "w0")
         assert not stale.exists() and live.exists()  # the dead pid's dir goes, a live pid's stays
+        assert elsewhere.exists()  # pids of another namespace are not judged
         assert worker.tmp.exists()
     finally:
-        shutil.rmtree(live, ignore_errors=True)
-        shutil.rmtree(stale, ignore_errors=True)
+        for path in (stale, live, elsewhere):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def test_a_killed_sim_whose_episode_was_recorded_writes_nothing_and_says_so(

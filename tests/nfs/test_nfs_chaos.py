@@ -1,0 +1,58 @@
+"""Chaos on real kernel NFS (nfs.chaos_driver runs it inside the guest): workers split over two client
+mounts as two nodes, random SIGKILLs of workers, model servers and sim clients, and one worker
+frozen (SIGSTOP) past LEASE_TTL while it holds a lease. Afterwards, judged on the server's own
+files: every planned (unit, seed) has exactly one record after dedup and it is a result, no record
+is torn, no unit is lost, only the crashing unit is quarantined, and the frozen worker committed
+nothing for the unit it lost (no done mark, no record finished after the reap).
+
+Scale, to fit the guest's one CPU (each unit starts a sim client, ~1 s of CPU there): 6 workers
+(3 a node), 41 cells x 4 seeds in slices of 2 = 82 units (2 of them always crash), episodes of
+5 x 100 ms steps, a kill every 2-5 s, LEASE_TTL 6 s; ~2 min. The local version: tests/worker/test_chaos.py."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from nfs.facts import run_scenario
+
+pytestmark = pytest.mark.nfs
+
+KNOBS = {
+    "LEASE_TTL": "6", "LEASE_SKEW_S": "1", "HEARTBEAT_S": "0.5", "STALL_TIMEOUT": "30", "CRASH_LIMIT": "4",
+    "FASTBENCH_STEPS": "5", "FASTBENCH_STEP_MS": "100",
+}  # fmt: skip
+WORKERS = 6
+ARGS = ("--workers", str(WORKERS), "--cells", "40", "--seeds", "4", "--unit-seeds", "2")
+ARGS += ("--kill-every", "2", "5")
+
+
+def test_chaos_on_nfs_every_seed_once_and_the_frozen_worker_commits_nothing(nfs_guest) -> None:
+    f = run_scenario(nfs_guest, "chaos_driver", *ARGS, timeout=540, **KNOBS)
+    frozen = f["frozen"]
+    print(
+        f"\nNFS chaos: workers={f['workers']} (node1 {f['nodes']['1']}, node2 {f['nodes']['2']}, "
+        f"{f['incarnations']} incarnations) units={f['units']} seeds={f['planned_seeds']} kills={f['kills']} "
+        f"records={f['records']} duplicates_before_dedup={f['duplicates']} "
+        f"rerun_successes={f['rerun_successes']} "
+        f"lost={len(f['lost'])} double={len(f['double'])} wall={f['wall_s']} s\n"
+        f"frozen {frozen.get('worker')} for {frozen.get('frozen_s')} s holding {frozen.get('held')} "
+        f"(episode of seed {frozen.get('running_seed')} running), "
+        f"done by {frozen.get('done_by')}, its records for that unit {frozen.get('records_for_held_unit')}, "
+        f"reaped at {frozen.get('t_reaped_iso')}"
+    )  # fmt: skip
+    assert sum(f["kills"].values()) >= 10
+    assert all(f["kills"].get(role) for role in ("worker", "server", "simclient")), f["kills"]
+    assert f["nodes"] == {"1": WORKERS // 2, "2": WORKERS // 2}
+    for _wid, status, last_line in f["mid_run_exits"]:  # killed, or stopped by its server's deaths
+        assert status == -signal.SIGKILL or (status == 1 and "model server died" in last_line), last_line
+    assert set(f["final_exits"].values()) <= {0}, f["final_exits"]
+    assert f["torn"] == [] and f["bad"] == []
+    assert f["lost"] == [] and f["double"] == []
+    assert f["check_finished"] == "ok"
+    # The frozen worker: reaped while frozen, its unit finished by another, nothing committed after.
+    assert frozen.get("t_reaped"), f"the frozen worker's lease was never reaped: {frozen}"
+    assert frozen["frozen_s"] > float(KNOBS["LEASE_TTL"])
+    assert all(by not in (None, frozen["worker"]) for by in frozen["done_by"].values()), frozen
+    assert frozen["records_after_reap"] == [], frozen
