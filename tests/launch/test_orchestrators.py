@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -19,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from support.codecopy import copy_code
+
 ROOT = Path(__file__).resolve().parents[2]
-CODE = ("harness", "policy", "scripts", "slurm", "orchestrators", "tests", "env.sh", "pyproject.toml")
 UNITS = [("s1", "t1"), ("s1", "t2"), ("s2", "t1")]
 LAUNCHERS = [
     pytest.param("local", id="local"),
@@ -30,15 +30,7 @@ LAUNCHERS = [
 
 @pytest.fixture(scope="module")
 def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("repo")
-    for name in CODE:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
-        else:
-            shutil.copy2(src, root / name)
-    (root / "envs").symlink_to(ROOT / "envs")
-    return root
+    return copy_code(tmp_path_factory.mktemp("repo"))
 
 
 @pytest.fixture

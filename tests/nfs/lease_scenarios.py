@@ -261,9 +261,45 @@ def done_lease(v: Views) -> dict[str, Any]:
     return facts
 
 
+def _stall_mid_claim(run: RunDir, ready: Path, result: Path) -> None:
+    queue = open_queue(run, "stalled")
+    queue.refresh()
+    queue._stage()  # the claim is half made: its owner file written, not yet renamed into place
+    ready.write_text("staged")
+    os.kill(os.getpid(), signal.SIGSTOP)  # an NFS hiccup, swap, a frozen VM: far past LEASE_TTL
+    lease = queue.claim()  # resumed: its candidate list still names the unit
+    marked = queue.mark(lease, done=True) if lease is not None else False
+    result.write_text(json.dumps({"claimed": lease.unit.key if lease else None, "marked": marked}))
+
+
+def stalled_claim(v: Views) -> dict[str, Any]:
+    """Issue 11, item 1 on NFS: node 1 stalls in the middle of a claim; node 2 claims and finishes
+    the unit meanwhile. When node 1 resumes, its claim must not succeed (the old two-call claim let
+    its owner file land in node 2's lease dir, and both marked the unit done)."""
+    v.write_queue(["s u0"])
+    ready, result = v.shm / "ready", v.shm / "result"
+    proc = CTX.Process(target=_stall_mid_claim, args=(v.mnt1, ready, result))
+    proc.start()
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert proc.is_alive() and time.monotonic() < deadline, "the stalled claimant did not stage"
+        time.sleep(0.05)
+    time.sleep(ttl_passed())
+    other = open_queue(v.mnt2, "other")
+    lease = other.claim()
+    facts: dict[str, Any] = {"other_claimed": lease.unit.key if lease else None}
+    facts["other_marked"] = other.mark(lease, done=True) if lease is not None else False
+    os.kill(proc.pid, signal.SIGCONT)
+    proc.join(60)
+    facts["stalled"] = json.loads(result.read_text())
+    facts["server_lease"] = v.server_lease("s__u0__0-4")
+    facts["done_by"] = v.done_by("s__u0__0-4")
+    return facts
+
+
 SCENARIOS = {
     "claims": claims, "stopped-owner": stopped_owner, "dead-owner": dead_owner, "crashes": crashes,
-    "done-lease": done_lease,
+    "done-lease": done_lease, "stalled-claim": stalled_claim,
 }  # fmt: skip
 
 

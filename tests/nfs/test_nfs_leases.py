@@ -79,3 +79,10 @@ def test_done_lease_is_not_reaped_through_stale_caches(nfs_guest) -> None:
     assert facts["reaped"] == []
     assert facts["server_lease"] == ["done"]  # a finished unit's lease dir stays, holding done.<gen>
     assert facts["claim_after"] is None and facts["stale_claim_after"] is None
+
+
+def test_a_claimant_stalled_mid_claim_never_shares_the_unit(nfs_guest) -> None:
+    facts = run_scenario(nfs_guest, "lease_scenarios", "stalled-claim", **SHORT_TTL)
+    assert facts["other_claimed"] == "s__u0__0-4" and facts["other_marked"] is True
+    assert facts["stalled"] == {"claimed": None, "marked": False}  # its claim could not land
+    assert facts["server_lease"] == ["done"] and facts["done_by"] == "other"
