@@ -181,13 +181,18 @@ def bury(root: Path, path: Path, key: str) -> bool:
 
 
 def sweep_tombs(root: Path, names: list[str]) -> None:
-    """Delete tombstones a reaper or releaser died before deleting, and the staged claim dirs of
-    processes of this host that are gone."""
+    """Delete tombstones a reaper or releaser died before deleting, and the staged claims and clock
+    probes of processes of this host that are gone (a SIGKILL leaves them)."""
     host = socket.gethostname()
     for name in names:
         if name.startswith(TOMB_PREFIX):
             shutil.rmtree(root / name, ignore_errors=True)
         elif name.startswith(CLAIM_PREFIX):
-            claim_host, _, rest = name[len(CLAIM_PREFIX) :].rpartition(".")[0].rpartition(".")
-            if claim_host == host and rest.isdigit() and owners.start_ticks(int(rest)) is None:
+            claim_host, _, pid = name[len(CLAIM_PREFIX) :].rpartition(".")[0].rpartition(".")
+            if claim_host == host and pid.isdigit() and owners.start_ticks(int(pid)) is None:
                 shutil.rmtree(root / name, ignore_errors=True)
+        elif name.startswith(PROBE_PREFIX):
+            probe_host, _, pid = name[len(PROBE_PREFIX) :].rpartition(".")
+            if probe_host == host and pid.isdigit() and owners.start_ticks(int(pid)) is None:
+                with contextlib.suppress(OSError):
+                    os.unlink(root / name)
