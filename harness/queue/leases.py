@@ -1,6 +1,6 @@
 """The filesystem lease queue: many workers on many nodes share one run dir and steal units from it.
 
-On-disk layout, all under `<run>/queue.txt.leases/` (unit keys come from `harness.queue.units`):
+On-disk layout, all under `<run>/queue.txt.leases/` (unit keys come from `harness.queue.units`; a held lease is `harness.queue.lease`):
 
     <key>/                 the unit's lease. Claiming = one `rename` of a private dir that already
                            holds the owner file onto this name: it succeeds only if no lease dir is
@@ -45,122 +45,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.queue import reaper
+from harness.queue.lease import Heartbeat, Lease, write_once
 from harness.queue.listing import CRASH, DONE, scan
 from harness.queue.owner import owner_record
 from harness.queue.units import Unit
 
 IDLE_S = 0.25  # first wait when every pending unit is leased; doubles up to HEARTBEAT_S
 MAX_MISSES = 8  # failed claims in a row before the candidate list is re-listed
-
-
-def write_once(path: Path, text: str) -> bool:
-    """Create `path` exclusively with `text`; False if it already exists."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return False
-    try:
-        os.write(fd, text.encode())
-    except OSError as exc:  # a full disk: say which file could not be written
-        raise OSError(exc.errno, exc.strerror, str(path)) from None
-    finally:
-        os.close(fd)
-    return True
-
-
-class Lease:
-    """A claimed unit. `lost` is set at the first heartbeat after a reaper took it."""
-
-    def __init__(self, root: Path, unit: Unit, generation: str) -> None:
-        self.root, self.unit, self.generation = root, unit, generation
-        self.path = root / unit.key
-        self.lost = threading.Event()
-        self.finished = False
-        self._n = 0
-        self._lock = threading.Lock()
-
-    def owner_file(self, n: int | None = None) -> Path:
-        return self.path / f"owner.{self.generation}.{self._n if n is None else n}"
-
-    def beat(self) -> bool:
-        """Refresh the heartbeat; False once the lease is lost (the rename finds its name gone)."""
-        with self._lock:
-            if self.lost.is_set() or self.finished:
-                return False
-            try:
-                os.rename(self.owner_file(), self.owner_file(self._n + 1))
-                self._n += 1
-                os.utime(self.owner_file(), None)
-            except OSError as exc:
-                if not reaper.lost_errno(exc):
-                    return True  # a transient error: the next beat retries
-                self.lost.set()
-                return False
-            return True
-
-    def finish(self, done: bool) -> bool:
-        """Give the lease up, marking the unit done or leaving it claimable. False (and nothing
-        marked) if the lease was lost."""
-        with self._lock:
-            if self.lost.is_set() or self.finished:
-                return False
-            state = "done" if done else "released"
-            if not self._rename_owner(f"{state}.{self.generation}"):
-                return False
-        if done:
-            write_once(self.root / f"{self.unit.key}{DONE}", self.generation)  # the listing's hint
-        else:
-            reaper.bury(self.root, self.path, self.unit.key)
-        return True
-
-    def quarantine(self) -> bool:
-        """Keep the lease dir, its owner file renamed `quarantined.<gen>`: no claim can succeed."""
-        with self._lock:
-            if self.lost.is_set() or self.finished:
-                return False
-            return self._rename_owner(f"quarantined.{self.generation}")
-
-    def _rename_owner(self, name: str) -> bool:
-        """The fence: after this rename no reaper can win, before it a reaper may have."""
-        try:
-            os.rename(self.owner_file(), self.path / name)
-        except OSError as exc:
-            if reaper.lost_errno(exc):
-                self.lost.set()
-                return False
-            raise
-        self.finished = True
-        return True
-
-
-class Heartbeat:
-    """One thread per worker process beats every lease it holds, so a long episode never looks dead."""
-
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
-        self.leases: set[Lease] = set()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-
-    def add(self, lease: Lease) -> None:
-        with self._lock:
-            self.leases.add(lease)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="lease-heartbeat", daemon=True)
-                self._thread.start()
-
-    def discard(self, lease: Lease) -> None:
-        with self._lock:
-            self.leases.discard(lease)
-
-    def _run(self) -> None:
-        while True:
-            time.sleep(self.interval)
-            with self._lock:
-                leases = list(self.leases)
-            for lease in leases:
-                if not lease.beat():
-                    self.discard(lease)
 
 
 @dataclass(frozen=True)

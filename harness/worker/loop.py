@@ -33,7 +33,8 @@ from harness.config.plan import open_queue
 from harness.config.rundir import RunDir
 from harness.episode.records import RecordSet, append_record, read_tree
 from harness.queue import slurmjob
-from harness.queue.leases import Lease, LeaseQueue
+from harness.queue.lease import Lease
+from harness.queue.leases import LeaseQueue
 from harness.queue.owner import pid_namespace
 from harness.queue.units import Unit
 from harness.worker import children
