@@ -1,6 +1,7 @@
 """The filesystem lease queue: many workers on many nodes share one run dir and steal units from it.
 
-On-disk layout, all under `<run>/queue.txt.leases/` (unit keys come from `harness.queue.units`; a held lease is `harness.queue.lease`):
+On-disk layout, all under `<run>/queue.txt.leases/` (unit keys come from `harness.queue.units`;
+a held lease is `harness.queue.lease`):
 
     <key>/                 the unit's lease. Claiming = one `rename` of a private dir that already
                            holds the owner file onto this name: it succeeds only if no lease dir is
