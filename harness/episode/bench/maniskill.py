@@ -100,13 +100,19 @@ class ManiSkillEpisode:
         return obs
 
     def proprio(self) -> np.ndarray:
-        """Current ee6d per arm: TCP pose in the arm's root frame + normalized finger opening."""
+        """Current ee6d per arm: TCP pose in the arm's root frame + normalized finger opening.
+
+        The frame change is done in numpy on the raw poses: ManiSkill's torch `Pose` algebra costs
+        ~0.3 ms a step here, a percent of an episode, for two 4x4 products."""
         parts = []
         for agent in self.agents:
-            pose = agent.robot.pose.inv() * agent.tcp.pose
+            root, tcp = _np(agent.robot.pose.raw_pose[0]), _np(agent.tcp.pose.raw_pose[0])
+            root_rot = matrix_from_quat_wxyz(root[3:7])
+            xyz = root_rot.T @ (tcp[:3].astype(np.float64) - root[:3])
+            rot = root_rot.T @ matrix_from_quat_wxyz(tcp[3:7])
             finger = float(_np(agent.robot.get_qpos()[0, -2:]).mean())
             grip = np.clip(2 * (finger - GRIPPER_LOW) / (GRIPPER_HIGH - GRIPPER_LOW) - 1, -1, 1)
-            parts.append(pose_to_ee6d(_np(pose.p[0]), matrix_from_quat_wxyz(_np(pose.q[0])), grip))
+            parts.append(pose_to_ee6d(xyz, rot, grip))
         return np.concatenate(parts)
 
     def apply(self, action: np.ndarray) -> None:
