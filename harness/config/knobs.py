@@ -48,6 +48,12 @@ KNOBS: dict[str, Knob] = {
         Knob("ACTION_SMOOTH", "0", "cross-chunk EMA weight alpha (reference models used 0.7)"),
         Knob("SMOOTH_ROT", "1", "1: smooth xyz + rot6d; 0: xyz only (the gripper never)"),
         Knob("FAKE_PROPRIO", "0", "1: proprio = last commanded action instead of the robot state"),
+        Knob(
+            "ACTION_CONVENTION",
+            "",
+            "action convention the sim applies (empty: the benchmark's own; ManiSkill: ee6d, ee_delta, "
+            "joint_pos); gripper +1 open, -1 closed",
+        ),
         # rendering
         Knob("RENDER_SHADER", "default", "SAPIEN shader pack (default, rt, rt-fast, minimal)"),
         Knob("RT_SPP", "1", "ray-tracing samples per pixel (only for rt shaders)"),

@@ -136,7 +136,16 @@ def load_policy(name: str, ckpt: str = "", overrides: list[str] | None = None) -
     }
     if usr_args.get("image_size") is not None:
         spec["image_size"] = usr_args["image_size"]
+    spec["action"] = _action_conventions(usr_args.get("action_convention"), yml)
     return LoadedPolicy(directory.name, spec["ckpt"], module, model, usr_args, spec)
+
+
+def _action_conventions(value: Any, yml: Path) -> list[str]:
+    """The conventions a wrapper's actions are in (`action_convention`: a name or a list; default ee6d)."""
+    names = ["ee6d"] if value is None else [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        raise PolicyError(f"{yml}: action_convention must be a convention name or a list, got {value!r}")
+    return names
 
 
 def _import(directory: Path) -> ModuleType:

@@ -1,9 +1,13 @@
 """The benchmark interface (sim side) and `load_benchmark`.
 
-A benchmark adapter turns `(task, bench_config, seed)` into an `Episode` the sim client drives one ee6d
-action at a time; `expert` solves an episode so seed banks can be pre-validated. The embedded default is
-ManiSkill3 (`harness.episode.bench.maniskill`); any class with this shape plugs in by `module.path:ClassName`
-(BENCHMARK knob), which is how tests swap in fast doubles. Contract: docs/contracts.md.
+A benchmark adapter turns `(task, bench_config, seed)` into an `Episode` the sim client drives one
+action at a time, in the convention its spec's `action` names (an episode may offer
+`smoothed_dims(smooth_rot)`, the indices ACTION_SMOOTH touches; else ee6d's are used); `expert` solves
+an episode so seed banks can be pre-validated. The embedded default is ManiSkill3
+(`harness.episode.bench.maniskill`); a vla-eval `StepBenchmark` runs through
+`harness.episode.bench.vlaeval` (`vla-eval:module.path:ClassName`); any class with this shape plugs
+in by `module.path:ClassName` (BENCHMARK knob), which is how tests swap in fast doubles.
+Contract: docs/contracts.md.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ class Episode(Protocol):
     spec: dict[str, Any]  # client spec sent in the wire hello
 
     def observe(self) -> dict[str, Any]: ...
-    def apply(self, action: np.ndarray) -> None: ...
+    def apply(self, action: np.ndarray) -> None: ...  # one action of `action_dim` in the spec's `action`
     def success(self) -> bool: ...
     def collided(self) -> bool: ...
     def video_frame(self) -> np.ndarray: ...
@@ -31,12 +35,14 @@ class Episode(Protocol):
 
 @dataclass(frozen=True)
 class ExpertResult:
-    """An expert attempt: `actions` is its ee6d trace [T, action_dim] (float32), empty when it failed."""
+    """An expert attempt: `actions` is its ee6d trace [T, action_dim] (float32), empty when it failed;
+    `joint_targets` is the same trace as the expert commanded it (pd_joint_pos), when it has one."""
 
     solved: bool
     reason: str  # "ok", or why the seed is rejected
     actions: np.ndarray
     steps: int
+    joint_targets: np.ndarray | None = None
 
 
 class Benchmark(Protocol):
