@@ -18,6 +18,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from harness.config import knobs
+
 
 class Episode(Protocol):
     instruction: str
@@ -57,14 +59,22 @@ class Benchmark(Protocol):
 
 
 def load_benchmark(spec: str) -> Benchmark:
-    """`maniskill` (the embedded default) or `module.path:ClassName`; a bad spec is a clear error."""
+    """`maniskill` (the embedded default), `vla-eval:module.path:ClassName` (a vla-eval StepBenchmark,
+    constructed with BENCH_PARAMS) or `module.path:ClassName`; a bad spec is a clear error."""
     if spec == "maniskill":
         from harness.episode.bench.maniskill import ManiSkillBenchmark
 
         return ManiSkillBenchmark()
+    if spec.startswith("vla-eval:"):
+        from harness.episode.bench.vlaeval import PREFIX, VlaEvalBenchmark
+
+        return VlaEvalBenchmark(spec[len(PREFIX) :], knobs.get("BENCH_PARAMS"))
     module_name, sep, class_name = spec.partition(":")
     if not sep or not module_name or not class_name:
-        raise ValueError(f"BENCHMARK={spec!r}: expected 'maniskill' or 'module.path:ClassName'")
+        raise ValueError(
+            f"BENCHMARK={spec!r}: expected 'maniskill', 'vla-eval:module.path:ClassName' "
+            "or 'module.path:ClassName'"
+        )
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError) as exc:
