@@ -97,6 +97,24 @@ def test_a_policy_whose_action_spec_differs_is_refused_at_hello_naming_both(mika
         episode.close()
 
 
+@pytest.mark.sim
+def test_an_episode_the_benchmark_ends_early_ends_there_without_success(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BENCH_PARAMS", "{tasks: [RememberColor3-v0], max_episode_steps: 40}")
+    episode = load_benchmark(MIKASA).make_episode(TASK, "clean", 1)
+    try:
+        assert episode.step_limit == 40
+        steps = 0
+        while steps < episode.step_limit:  # the sim client's loop
+            episode.apply(np.zeros(8))
+            steps += 1
+            assert not episode.success()
+        assert steps == episode.step_limit == 25  # the env's own time limit (truncated) ended it
+    finally:
+        episode.close()
+
+
 @pytest.mark.parametrize(
     ("benchmark", "params", "message"),
     [
