@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.config.manifest import ManifestError
 from harness.episode.actions import (
     ChunkRunner,
     euler_xyz_from_matrix,
@@ -19,6 +20,7 @@ from harness.episode.actions import (
 from harness.episode.bench import ExpertResult, load_benchmark
 from harness.episode.bench.conventions import CONVENTIONS, get_convention
 from harness.episode.bench.maniskill_env import matrix_from_quat_wxyz
+from harness.launch.newrun import check_runnable
 from harness.model.policyload import load_policy
 from harness.model.session import Session
 from harness.wire import protocol
@@ -152,3 +154,18 @@ def test_a_policy_emitting_another_convention_is_refused_at_hello_naming_both() 
     assert accepted["spec"]["action"] == ["ee6d", "joint_pos"]
     with pytest.raises(WireError, match="action_convention"):  # the client side checks the reply too
         protocol.check_specs(replay.spec, client)
+
+
+def test_run_creation_refuses_a_policy_that_does_not_state_the_convention(
+    tmp_path: Path, mp: pytest.MonkeyPatch
+) -> None:
+    queue = tmp_path / "queue.txt"
+    queue.write_text("table PickCube\n")
+    env = {"POLICY": "hold", "ACTION_CONVENTION": "ee_delta"}
+    mp.setenv("ACTION_CONVENTION", "ee_delta")  # the benchmark reads its knobs from the environment
+    with pytest.raises(ManifestError, match=r"policy emits \['ee6d', 'joint_pos'\].*sim applies 'ee_delta'"):
+        check_runnable(queue, env)
+    mp.setenv("ACTION_CONVENTION", "joint_pos")
+    check_runnable(queue, {"POLICY": "hold", "ACTION_CONVENTION": "joint_pos"})
+    mp.setenv("ACTION_CONVENTION", "ee_delta")
+    check_runnable(queue, {**env, "POLICY_ARGS": "action_convention=[ee_delta]"})  # overrides count

@@ -49,6 +49,8 @@ class ExpertResult:
 
 class Benchmark(Protocol):
     version: str  # simulator version recorded in every record
+    # optional: action_convention, the convention its episodes apply (checked against the policy's
+    # stated one when a run is created, and again in every hello)
 
     def tasks(self) -> list[str]: ...
     def check(self, task: str, bench_config: str) -> None:

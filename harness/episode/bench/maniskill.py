@@ -34,6 +34,7 @@ class ManiSkillBenchmark:
         self.primary_cam = knobs.get("PRIMARY_CAM")
         self.video_cam = knobs.get("VIDEO_CAM")
         self.convention = get_convention(knobs.get("ACTION_CONVENTION"))
+        self.action_convention = self.convention.name
         configure_ray_tracing(self.shader, knobs.get_int("RT_SPP"), knobs.get("DENOISER"))
 
     def tasks(self) -> list[str]:

@@ -78,12 +78,12 @@ class VlaEvalBenchmark:
             "",
             tuple((key, int(spec.dims)) for key, spec in specs.items()),
         )
-        self.convention = PREFIX + self.layout.name
+        self.action_convention = PREFIX + self.layout.name
         chosen = knobs.get("ACTION_CONVENTION").strip()
-        if chosen not in ("", self.convention):
+        if chosen not in ("", self.action_convention):
             raise ValueError(
                 f"knob ACTION_CONVENTION={chosen!r}: {import_string} applies its own action spec "
-                f"{self.convention!r}; leave ACTION_CONVENTION empty or set it to that"
+                f"{self.action_convention!r}; leave ACTION_CONVENTION empty or set it to that"
             )
         self.action_spec = {key: spec.to_dict() for key, spec in specs.items()}
         self.step_limit = int(self.bench.get_metadata().get("max_steps", DEFAULT_MAX_STEPS))
@@ -129,7 +129,7 @@ class VlaEvalEpisode:
         first = next(iter(images.values()), None)
         self.spec = {
             "benchmark": owner.name, "task": task.get("name", ""), "action_dim": self.action_dim,
-            "cameras": list(images), "action": owner.convention, "action_spec": owner.action_spec,
+            "cameras": list(images), "action": owner.action_convention, "action_spec": owner.action_spec,
         }  # fmt: skip
         if first is not None:
             self.spec["image_size"] = list(np.asarray(first).shape[:2])
