@@ -4,6 +4,9 @@ policy that emits another convention is refused at hello, naming both."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -169,3 +172,12 @@ def test_run_creation_refuses_a_policy_that_does_not_state_the_convention(
     check_runnable(queue, {"POLICY": "hold", "ACTION_CONVENTION": "joint_pos"})
     mp.setenv("ACTION_CONVENTION", "ee_delta")
     check_runnable(queue, {**env, "POLICY_ARGS": "action_convention=[ee_delta]"})  # overrides count
+
+
+def test_precollect_refuses_a_convention_its_ee6d_banks_cannot_hold(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ACTION_CONVENTION="joint_pos")
+    argv = [sys.executable, str(ROOT / "scripts" / "precollect_eval_seeds.py"), "--root", str(tmp_path / "b")]
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 2
+    assert "ACTION_CONVENTION='joint_pos': seed banks hold ee6d traces" in result.stderr
+    assert not (tmp_path / "b").exists()
