@@ -126,7 +126,7 @@ class SimClient:
     def _episode(
         self, episode: Episode, seed: int, timing: Timing, video: VideoWriter | None
     ) -> tuple[int, bool]:
-        runner = ChunkRunner.from_knobs(episode.action_dim)
+        runner = ChunkRunner.from_knobs(episode.action_dim, getattr(episode, "smoothed_dims", None))
         self.client.reset(self.job.task, self.task_config, episode.instruction, seed)
         if video is not None:
             video.add(episode.video_frame())

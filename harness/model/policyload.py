@@ -109,11 +109,7 @@ def _seed_rngs(value: int) -> None:
 def load_policy(name: str, ckpt: str = "", overrides: list[str] | None = None) -> LoadedPolicy:
     """Import the wrapper and call get_model once with the yml + overrides + ckpt_path."""
     directory = policy_dir(name)
-    yml = directory / "deploy_policy.yml"
-    usr_args = (yaml.safe_load(yml.read_text()) if yml.is_file() else None) or {}
-    if not isinstance(usr_args, dict):
-        raise PolicyError(f"{yml}: expected a mapping of settings")
-    usr_args.update(parse_override(item) for item in overrides or [])
+    yml, usr_args = _settings(directory, overrides)
     ckpt_path = resolve_checkpoint(ckpt)
     if ckpt and ckpt_path is None:
         raise PolicyError(f"checkpoint {ckpt!r}: neither a path nor a directory under $BUNDLE/checkpoints")
@@ -136,7 +132,32 @@ def load_policy(name: str, ckpt: str = "", overrides: list[str] | None = None) -
     }
     if usr_args.get("image_size") is not None:
         spec["image_size"] = usr_args["image_size"]
+    spec["action"] = _action_conventions(usr_args.get("action_convention"), yml)
     return LoadedPolicy(directory.name, spec["ckpt"], module, model, usr_args, spec)
+
+
+def _settings(directory: Path, overrides: list[str] | None) -> tuple[Path, dict[str, Any]]:
+    """The wrapper's deploy_policy.yml settings with `overrides` applied (and the yml's path)."""
+    yml = directory / "deploy_policy.yml"
+    usr_args = (yaml.safe_load(yml.read_text()) if yml.is_file() else None) or {}
+    if not isinstance(usr_args, dict):
+        raise PolicyError(f"{yml}: expected a mapping of settings")
+    usr_args.update(parse_override(item) for item in overrides or [])
+    return yml, usr_args
+
+
+def stated_conventions(name: str, overrides: list[str] | None = None) -> list[str]:
+    """The action conventions wrapper `name` states it emits (yml + overrides), without loading it."""
+    yml, usr_args = _settings(policy_dir(name), overrides)
+    return _action_conventions(usr_args.get("action_convention"), yml)
+
+
+def _action_conventions(value: Any, yml: Path) -> list[str]:
+    """The conventions a wrapper's actions are in (`action_convention`: a name or a list; default ee6d)."""
+    names = ["ee6d"] if value is None else [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        raise PolicyError(f"{yml}: action_convention must be a convention name or a list, got {value!r}")
+    return names
 
 
 def _import(directory: Path) -> ModuleType:
