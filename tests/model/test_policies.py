@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.model.policyload import PolicyError, episode_seed, load_policy, parse_override
+from harness.model.policyload import PolicyError, load_policy, parse_override, rng_seed
 from harness.wire.errors import RemoteError
 from support.wirekit import (
     REPO,
@@ -86,7 +86,8 @@ def test_load_errors_name_the_input(args: tuple, message: str) -> None:
 def test_override_values_are_typed() -> None:
     assert parse_override("num_actions=20") == ("num_actions", 20)
     assert parse_override("cameras=[a, b]") == ("cameras", ["a", "b"])
-    assert episode_seed(1, 2) == episode_seed(1, 2) != episode_seed(2, 1)
+    assert rng_seed("t", "c", 1, 2) == rng_seed("t", "c", 1, 2) != rng_seed("t", "c", 2, 1)
+    assert rng_seed("t", "c", 1, 2) != rng_seed("u", "c", 1, 2) != rng_seed("t", "d", 1, 2)
 
 
 def test_cli_help_and_bad_policy(tmp_path: Path) -> None:
