@@ -295,6 +295,7 @@ def _import(directory: Path) -> ModuleType:
     if spec is None or spec.loader is None:
         raise PolicyError(f"cannot import {file}")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # as a normal import would: dataclasses and pickle look it up
     spec.loader.exec_module(module)
     for attr in ("get_model", "encode_obs", "reset_model"):
         if not callable(getattr(module, attr, None)):
