@@ -3,10 +3,12 @@
 Each session (one sim client's connection) is a `Member`; its thread calls `submit` and blocks
 until its answer is there. One of the blocked threads at a time is the leader: it decides when the
 pending requests go, runs the call (outside the lock) and hands the answers out; the others sleep
-on their own event, so an arrival wakes one thread, not all of them.
+on their own event, so an arrival wakes one thread, not all of them; and the arrival that lets a
+waiting batch go runs it itself (it is awake already) instead of waking the leader.
 
 When to go: at once when `max_batch` requests are pending, or when no member that could still join
-is expected before the deadline (the first pending request's arrival + `max_wait_s`). A member can
+is expected before the deadline: `max_wait_s` after the batch could first have gone (the first
+pending request's arrival, or the end of the last call when that request came in during it). A member can
 join when it is in an episode, has nothing pending, and is expected soon: its expected arrival is
 its last answer + its think time (the EMA of answer → next request, i.e. its sim's step), and it
 is not already later than that by more than `max_wait_s` (a sim rebuilding its env, or one that left
@@ -62,6 +64,7 @@ class BatchStats:
     calls: int = 0
     items: int = 0
     sizes: Counter[int] = field(default_factory=Counter)
+    busy_s: float = 0.0  # time spent in model calls: busy_s / wall time is the model's utilisation
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -69,12 +72,16 @@ class BatchStats:
             "items": self.items,
             "max": max(self.sizes, default=0),
             "sizes": {str(size): n for size, n in sorted(self.sizes.items())},
+            "busy_s": round(self.busy_s, 6),
         }
 
     def line(self) -> str:
-        """One parseable line: `calls=C items=N max=M sizes=1:a,2:b` (size:count)."""
+        """One parseable line: `calls=C items=N max=M sizes=1:a,2:b busy_s=S` (size:count)."""
         sizes = ",".join(f"{size}:{n}" for size, n in sorted(self.sizes.items())) or "-"
-        return f"calls={self.calls} items={self.items} max={max(self.sizes, default=0)} sizes={sizes}"
+        return (
+            f"calls={self.calls} items={self.items} max={max(self.sizes, default=0)} sizes={sizes} "
+            f"busy_s={self.busy_s:.3f}"
+        )
 
 
 # A call: the payloads of one batch → one outcome each (a result, or the exception for that item).
@@ -101,6 +108,9 @@ class Batcher:
         self._members: set[Member] = set()
         self._pending: list[_Item] = []
         self._leader: _Item | None = None
+        self._running = False  # the leader is in a model call (no one else may start one)
+        self._awaited: set[Member] = set()  # the members the leader is waiting for
+        self._free_since = clock()  # when the last call ended: nothing could go before that
         self._stats = BatchStats()
         self._next_log = clock() + STATS_LOG_EVERY_S
 
@@ -113,7 +123,8 @@ class Batcher:
     def leave(self, member: Member) -> None:
         with self._lock:
             self._members.discard(member)
-            self._wake.notify()
+            self._awaited.discard(member)
+            self._wake.notify_all()
 
     def start_episode(self, member: Member) -> None:
         """`member` is in an episode from now on (its first request follows its reset's answer)."""
@@ -123,7 +134,8 @@ class Batcher:
 
     def stats(self) -> BatchStats:
         with self._lock:
-            return BatchStats(self._stats.calls, self._stats.items, Counter(self._stats.sizes))
+            stats = self._stats
+            return BatchStats(stats.calls, stats.items, Counter(stats.sizes), stats.busy_s)
 
     def submit(self, member: Member, payload: Any) -> Any:
         """The outcome of `payload`'s model call (blocking); an exception for it is raised here."""
@@ -133,11 +145,17 @@ class Batcher:
             member.waiting = True
             item = _Item(member, payload, now)
             self._pending.append(item)
+            self._awaited.discard(member)
             if self._leader is None:
                 self._leader = item
                 item.lead = True
-            else:
-                self._wake.notify()
+            elif not self._running and (not self._awaited or len(self._pending) >= self.max_batch):
+                # this arrival lets the waiting leader go: run the batch from this thread (it is
+                # already awake) and send the old leader back to waiting for its answer
+                self._leader.lead = False
+                self._leader = item
+                item.lead = True
+                self._wake.notify_all()
         while not item.done:
             if item.lead:
                 self._lead(item)
@@ -151,17 +169,23 @@ class Batcher:
     def _lead(self, mine: _Item) -> None:
         """Run batches until `mine` is answered, then hand the lead to the oldest pending item."""
         with self._lock:
-            while not mine.done:
+            while not mine.done and mine.lead:
                 batch, timeout = self._claim(self.clock())
                 if batch is None:
                     self._wake.wait(timeout)
                     continue
+                self._running = True
                 self._lock.release()
+                started = self.clock()
                 try:
                     outcomes = self._call(batch)
                 finally:
                     self._lock.acquire()
+                    self._running = False
+                    self._stats.busy_s += self.clock() - started
                 self._deliver(batch, outcomes)
+            if not mine.lead:  # another arrival took the lead over while this one waited
+                return
             mine.lead = False
             self._leader = self._pending[0] if self._pending else None
             if self._leader is not None:
@@ -169,20 +193,25 @@ class Batcher:
                 self._leader.event.set()
 
     def _claim(self, now: float) -> tuple[list[_Item] | None, float | None]:
-        """The batch to run now, or (None, seconds to wait before deciding again)."""
+        """The batch to run now, or (None, seconds to wait before deciding again).
+
+        The wait is counted from when the batch could first have gone: the first pending request's
+        arrival, or the end of the last call if it arrived during that call."""
         if len(self._pending) < self.max_batch:
-            deadline = self._pending[0].arrived + self.max_wait_s
+            deadline = max(self._pending[0].arrived, self._free_since) + self.max_wait_s
             if now < deadline:
-                joinable = [
-                    m.expected_at() + self.max_wait_s
+                awaited = {
+                    m: m.expected_at() + self.max_wait_s
                     for m in self._members
                     if m.in_episode
                     and not m.waiting
                     and m.expected_at() <= deadline
                     and now <= m.expected_at() + self.max_wait_s
-                ]
-                if joinable:
-                    return None, min(deadline, *joinable) - now
+                }
+                if awaited:
+                    self._awaited = set(awaited)
+                    return None, min(deadline, *awaited.values()) - now
+        self._awaited = set()
         batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
         return batch, None
 
@@ -197,7 +226,7 @@ class Batcher:
         return outcomes
 
     def _deliver(self, batch: list[_Item], outcomes: list[Any]) -> None:
-        now = self.clock()
+        now = self._free_since = self.clock()
         for item, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 item.error = outcome

@@ -60,7 +60,9 @@ def test_members_in_lock_step_go_together_every_time() -> None:
     assert answers == [[2 * (100 * i + s) for s in range(6)] for i in range(8)]
     assert [len(b) for b in run.batches] == [8] * 6
     stats = batcher.stats().as_dict()
+    assert stats.pop("busy_s") >= 6 * run.sleep_s
     assert stats == {"calls": 6, "items": 48, "max": 8, "sizes": {"8": 6}}
+    assert batcher.stats().line().startswith("calls=6 items=48 max=8 sizes=8:6 busy_s=")
 
 
 def test_batches_never_exceed_max_batch() -> None:
