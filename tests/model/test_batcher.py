@@ -65,6 +65,27 @@ def test_members_in_lock_step_go_together_every_time() -> None:
     assert batcher.stats().line().startswith("calls=6 items=48 max=8 sizes=8:6 busy_s=")
 
 
+def test_a_cohort_that_arrived_during_a_call_waits_for_the_one_in_it() -> None:
+    """Five sims start while three are in a call: after it, the five wait for the three (the bound
+    counts from the call's end, not from their arrival), and from then on all eight go together."""
+    run = Recorder(sleep_s=0.2)
+    batcher = Batcher(run, max_batch=8, max_wait_s=0.05)
+    first = in_episode(batcher, 3)
+    later = [batcher.join() for _ in range(5)]
+
+    def sim(member: Member, delay: float) -> None:
+        time.sleep(delay)
+        if delay:
+            batcher.start_episode(member)
+        for s in range(3):
+            time.sleep(0.01)  # its sim's step: the model is free again before it is back
+            batcher.submit(member, s)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(sim, first + later, [0.0] * 3 + [0.05] * 5))
+    assert [len(b) for b in run.batches] == [3, 8, 8, 5]
+
+
 def test_batches_never_exceed_max_batch() -> None:
     run = Recorder()
     batcher = Batcher(run, max_batch=3, max_wait_s=0.2)
