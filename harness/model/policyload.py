@@ -7,12 +7,10 @@ arguments of `model.generate_actions(...)`, which returns [B, num_actions, actio
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import inspect
 import logging
 import os
-import random
 import re
 import sys
 import threading
@@ -30,6 +28,7 @@ from harness.config.failures import Refused
 from harness.config.paths import CODE_ROOT, resolve_checkpoint
 from harness.model.batcher import Batcher, Member
 from harness.model.collate import collate
+from harness.model.seeding import rng_seed, seed_global_rngs
 
 log = logging.getLogger("model_server")
 
@@ -62,13 +61,6 @@ def parse_override(item: str) -> tuple[str, Any]:
         return key.strip(), yaml.safe_load(value)
     except yaml.YAMLError as exc:
         raise PolicyError(f"override {item!r}: value is not valid YAML: {exc}") from None
-
-
-def rng_seed(task: str, task_config: str, seed: int, step: int) -> int:
-    """A 32-bit RNG seed from (task, task_config, episode seed, step): a request's draw depends on what
-    it asks, never on how requests from different sessions interleave or are batched."""
-    key = f"{task}\0{task_config}\0{seed}\0{step}".encode()
-    return int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "big")
 
 
 @dataclass
@@ -149,7 +141,7 @@ class LoadedPolicy:
         with self.lock:
             if not self.batched:
                 (request,) = requests
-                _seed_rngs(request.rng_seed)
+                seed_global_rngs(request.rng_seed)
                 out = self.model.generate_actions(**self._encode(request.obs or {}, request.state))
                 return [self._check(out, None)[0]]
             try:
@@ -214,14 +206,6 @@ def _log_retry(policy: str, size: int, exc: Exception) -> None:
             type(exc).__name__,
             exc,
         )
-
-
-def _seed_rngs(value: int) -> None:
-    random.seed(value)
-    np.random.seed(value)
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.manual_seed(value)
 
 
 def load_policy(name: str, ckpt: str = "", overrides: list[str] | None = None) -> LoadedPolicy:
