@@ -179,18 +179,26 @@ class Batcher:
                 started = self.clock()
                 try:
                     outcomes = self._call(batch)
-                finally:
+                except BaseException:  # this thread is being torn down: the others must not hang
                     self._lock.acquire()
                     self._running = False
-                    self._stats.busy_s += self.clock() - started
+                    self._deliver(batch, [RuntimeError("the model call was interrupted")] * len(batch))
+                    self._hand_off(mine)
+                    raise
+                self._lock.acquire()
+                self._running = False
+                self._stats.busy_s += self.clock() - started
                 self._deliver(batch, outcomes)
-            if not mine.lead:  # another arrival took the lead over while this one waited
-                return
-            mine.lead = False
-            self._leader = self._pending[0] if self._pending else None
-            if self._leader is not None:
-                self._leader.lead = True
-                self._leader.event.set()
+            if mine.lead:  # else another arrival took the lead over while this one waited
+                self._hand_off(mine)
+
+    def _hand_off(self, mine: _Item) -> None:
+        """`mine` leads no more: the oldest pending item's thread leads next, if there is one."""
+        mine.lead = False
+        self._leader = self._pending[0] if self._pending else None
+        if self._leader is not None:
+            self._leader.lead = True
+            self._leader.event.set()
 
     def _claim(self, now: float) -> tuple[list[_Item] | None, float | None]:
         """The batch to run now, or (None, seconds to wait before deciding again).

@@ -107,11 +107,13 @@ class LoadedPolicy:
         return self.module.init_state(self.model) if self.stateful else None
 
     def reset(self, state: Any = None) -> None:
+        """A session's episode starts: its own state is reset (no lock: no call holds it now), or,
+        for a stateless wrapper, the shared model, between calls."""
+        if self.stateful:
+            self.module.reset_model(self.model, state)
+            return
         with self.lock:
-            if self.stateful:
-                self.module.reset_model(self.model, state)
-            else:
-                self.module.reset_model(self.model)
+            self.module.reset_model(self.model)
 
     def act(
         self, obs: dict[str, Any], seed: int, step: int, state: Any = None, member: Member | None = None

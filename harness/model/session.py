@@ -75,7 +75,7 @@ class Session:
         if kind == "hello":
             return self._hello(msg)
         if kind == "ping":  # {"type": "ping", "stats": true} also gets the batch statistics
-            if msg.get("stats") is True and not self.locked:
+            if msg.get("stats") is True:
                 return {"type": "ping", "stats": self.policy.batcher.stats().as_dict()}
             return {"type": "ping"}
         if not self.greeted:

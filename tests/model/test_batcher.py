@@ -176,3 +176,22 @@ def test_concurrent_submitters_each_get_their_own_answer() -> None:
 def test_bad_settings_are_refused(max_batch: int, max_wait_s: float, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Batcher(Recorder(), max_batch, max_wait_s)
+
+
+def test_a_leader_torn_down_mid_call_leaves_no_one_hanging() -> None:
+    def run(payloads: list[int]) -> list[int]:
+        time.sleep(0.05)
+        if -1 in payloads:
+            raise SystemExit("the leader's thread is being torn down")
+        return payloads
+
+    batcher = Batcher(run, max_batch=2, max_wait_s=5.0)
+    doomed, other = in_episode(batcher, 2)
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(batcher.submit, doomed, -1)]
+        time.sleep(0.01)
+        futures.append(pool.submit(batcher.submit, other, 5))
+        errors = [f.exception(timeout=10) for f in futures]  # whichever thread ran the call dies
+        assert sorted(type(e).__name__ for e in errors) == ["RuntimeError", "SystemExit"]
+        assert "interrupted" in str(next(e for e in errors if isinstance(e, RuntimeError)))
+        assert pool.submit(batcher.submit, other, 6).result(timeout=10) == 6
