@@ -186,8 +186,8 @@ class LoadedPolicy:
                 f"for {batch} requests (shape {arr.shape})"
             )
         rows = arr[:1] if batch is None else arr
-        return [
-            row
+        return [  # copies: a reply is encoded after the call, when the wrapper may reuse its buffer
+            row.copy()
             if np.all(np.isfinite(row))
             else PolicyError(f"{self.name}.generate_actions returned non-finite actions")
             for row in rows
