@@ -8,12 +8,13 @@ waiting batch go runs it itself (it is awake already) instead of waking the lead
 
 When to go: at once when `max_batch` requests are pending, or when no member that could still join
 is expected before the deadline: `max_wait_s` after the batch could first have gone (the first
-pending request's arrival, or the end of the last call when that request came in during it). A member can
-join when it is in an episode, has nothing pending, and is expected soon: its expected arrival is
-its last answer + its think time (the EMA of answer → next request, i.e. its sim's step), and it
-is not already later than that by more than `max_wait_s` (a sim rebuilding its env, or one that left
-without saying). So K = 1 never waits, K sims in lock step all go together (no 1, 7, 1, 7 ...), and
-a slow sim that would arrive after the deadline is not waited for.
+pending request's arrival, or the end of the last call when that request came in during it). A
+member can join when it is active (it has started an episode or sent a request), has nothing
+pending, and is expected soon: its expected arrival is its last answer + its think time (the EMA of
+answer → next request, i.e. its sim's step), and it is not already later than that by more than
+`max_wait_s` (a sim rebuilding its env, or one that left without saying). So K = 1 never waits,
+K sims in lock step all go together (no 1, 7, 1, 7 ...), and a slow sim that would arrive after
+the deadline is not waited for.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ STATS_LOG_EVERY_S = 60.0  # batch statistics go to the log at most this often (a
 class Member:
     """One session's standing with the batcher (see the module docstring for how it is used)."""
 
-    in_episode: bool = False
+    active: bool = False  # it has started an episode or sent a request: it may send again
     answered_at: float = 0.0
     think_s: float = 0.0
     waiting: bool = False
@@ -129,7 +130,7 @@ class Batcher:
     def start_episode(self, member: Member) -> None:
         """`member` is in an episode from now on (its first request follows its reset's answer)."""
         with self._lock:
-            member.in_episode = True
+            member.active = True
             member.answered_at = self.clock()
 
     def stats(self) -> BatchStats:
@@ -142,7 +143,7 @@ class Batcher:
         with self._lock:
             now = self.clock()
             member.think_s += THINK_EMA * (max(0.0, now - member.answered_at) - member.think_s)
-            member.waiting = True
+            member.waiting = member.active = True  # a front end without resets is active too
             item = _Item(member, payload, now)
             self._pending.append(item)
             self._awaited.discard(member)
@@ -211,7 +212,7 @@ class Batcher:
                 awaited = {
                     m: m.expected_at() + self.max_wait_s
                     for m in self._members
-                    if m.in_episode
+                    if m.active
                     and not m.waiting
                     and m.expected_at() <= deadline
                     and now <= m.expected_at() + self.max_wait_s

@@ -195,3 +195,13 @@ def test_a_leader_torn_down_mid_call_leaves_no_one_hanging() -> None:
         assert sorted(type(e).__name__ for e in errors) == ["RuntimeError", "SystemExit"]
         assert "interrupted" in str(next(e for e in errors if isinstance(e, RuntimeError)))
         assert pool.submit(batcher.submit, other, 6).result(timeout=10) == 6
+
+
+def test_members_that_never_reset_batch_once_they_have_sent() -> None:
+    """A front end without resets (openpi's clients only send observations): active from its first request."""
+    run = Recorder()
+    batcher = Batcher(run, max_batch=8, max_wait_s=0.5)
+    members = [batcher.join() for _ in range(4)]
+    lock_step(batcher, members, steps=6)
+    sizes = [len(b) for b in run.batches]
+    assert sum(sizes) == 24 and sizes.count(4) >= 4, sizes  # not active yet: only the start is split
