@@ -91,6 +91,18 @@ KNOBS: dict[str, Knob] = {
             "seconds a new model server connection has for a successful hello before it is closed",
             False,
         ),
+        Knob(
+            "MODEL_MAX_BATCH",
+            "0",
+            "cap on requests per model call (0: the wrapper's `max_batch`; 1: unbatched)",
+            False,
+        ),
+        Knob(
+            "MODEL_BATCH_WAIT_MS",
+            "5",
+            "longest a batch waits for sessions expected to join it (0 to 1000 ms)",
+            False,
+        ),
         Knob("SIM_AS_SERVER", "0", "1: the sim side listens and the model side connects", False),
         # node
         Knob("NODE_CACHE", "/tmp/eval_node_cache", "node-local cache for staged envs/checkpoints", False),
