@@ -23,7 +23,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
@@ -32,35 +31,25 @@ from harness.config.contract import CODE_REFUSED_EXIT, verify_environment
 from harness.config.failures import run_command
 from harness.config.manifest import ContractMismatch
 from harness.config.paths import run_dir
-from harness.config.plan import open_queue, run_units
+from harness.config.plan import run_units
 from harness.config.rundir import RunDir
-from harness.episode.records import append_record, read_tree
+from harness.episode.records import read_tree
 from harness.queue import slurmjob
 from harness.queue.lease import Lease
 from harness.queue.owner import pid_namespace
 from harness.queue.units import Unit
 from harness.worker import children, slot_count
 from harness.worker.model_server_process import ModelServerError, ModelServerProcess
-from harness.worker.sim_process import SimOutcome, SimProcess, read_progress
-from harness.worker.sim_slot import SimSlot, serve_argv, writer_id
-from harness.worker.unit_records import errored_record, finished_seeds, missing_seeds, now_iso
+from harness.worker.sim_process import SimOutcome, read_progress
+from harness.worker.sim_slot import SimSlot, open_slot
+from harness.worker.unit_records import finished_seeds, missing_seeds, now_iso, record_errored
+from harness.worker.worklog import WorkerLog
 
 MAX_SERVER_RESTARTS = 3  # a model server that keeps dying stops its worker (exit 1), not the run
 # + <pid namespace>-<pid>-: a SIGKILLed worker's dir is swept by the next worker of this namespace
 TEMP_PREFIX = f"eval-worker-{''.join(c for c in pid_namespace() if c.isdigit())}-"
 SEED_IN_LINE = re.compile(r"\bseed (\d+)\b")
 JOIN_S = 0.5  # the main thread joins slot threads in short waits, so signal handlers run
-
-
-class WorkerLog:
-    def __init__(self, worker_id: str) -> None:
-        self.worker_id = worker_id
-
-    def __call__(self, message: str, unit: Unit | None = None, seed: int | None = None) -> None:
-        stamp = datetime.now(UTC).isoformat(timespec="seconds")
-        where = f" unit={unit.key}" if unit else ""
-        where += f" seed={seed}" if seed is not None else ""
-        print(f"{stamp} worker={self.worker_id}{where} {message}", file=sys.stderr, flush=True)
 
 
 def run_dir_from_env() -> RunDir:
@@ -83,7 +72,6 @@ class Worker:
         log = run.logs / f"server-{worker_id}.log"
         self.server = ModelServerProcess(self.tmp / "ready.json", log, self.env)
         self.slots: list[SimSlot] = []
-        self.logs: dict[int, WorkerLog] = {}
         self.units: list[Unit] = []
         self.unit_times: list[float] = []
         self.failure: Exception | None = None  # what stopped a slot thread (raised again by main)
@@ -110,18 +98,7 @@ class Worker:
 
     def add_slot(self) -> SimSlot:
         """One more sim slot: its own lease queue, progress file, writer id and sim process."""
-        index = len(self.slots)
-        wid = writer_id(self.worker_id, index)
-        self.logs[index] = log = self.log if index == 0 else WorkerLog(wid)
-        held: set[tuple[str, str]] = set()
-
-        def started(pid: int) -> None:
-            held.clear()  # a new process holds nothing yet
-            log(f"sim process pid {pid} started")
-
-        sim = SimProcess(serve_argv(self.env, self.server.client_ready_file), self.env, started)
-        queue = open_queue(self.run, wid, self.units)
-        slot = SimSlot(index, wid, queue, self.tmp / f"progress-{index}.json", sim, held)
+        slot = open_slot(self.run, len(self.slots), self.log, self.units, self.env, self.server, self.tmp)
         self.slots.append(slot)
         return slot
 
@@ -195,7 +172,7 @@ class Worker:
         records = None
         while not self.stop.is_set() and (limit is None or limit > 0):
             if not self.time_for_another(end):
-                self.logs[slot.index]("not enough allocation time left for another unit: stopping")
+                slot.log("not enough allocation time left for another unit: stopping")
                 break
             lease = slot.queue.claim(self.stop, prefer=slot.holds)
             if lease is None:
@@ -215,7 +192,7 @@ class Worker:
             raise
 
     def run_unit(self, slot: SimSlot, lease: Lease) -> list[dict]:
-        unit, log, queue = lease.unit, self.logs[slot.index], slot.queue
+        unit, log, queue = lease.unit, slot.log, slot.queue
         info = self.server.ensure(knobs.get_float("MODEL_START_TIMEOUT"))
         starts = self.server.starts
         result_dir = self.run.result_dir(unit.task, info["policy"], unit.task_config, info.get("ckpt", ""))
@@ -288,7 +265,7 @@ class Worker:
         info: dict, wall_s: float,
     ) -> str | None:  # fmt: skip
         """Log the unit's end; record the running episode as errored if the sim process was killed."""
-        log = self.logs[slot.index]
+        log = slot.log
         if outcome.returncode == 0 and outcome.killed is None:
             log(f"sim client finished {len(todo)} seeds", unit)
             return None
@@ -300,10 +277,7 @@ class Worker:
         if seed is None:  # killed before its first step: the first seed without a record was running
             seed = next((s for s in todo if s not in recorded), None)
         if seed is not None and seed not in recorded:
-            path = self.run.metrics_file(
-                unit.task, info["policy"], unit.task_config, info.get("ckpt", ""), f"{slot.writer_id}.worker"
-            )
-            append_record(path, errored_record(unit, seed, why, info, slot.writer_id, wall_s))
+            record_errored(self.run, unit, seed, why, info, slot.writer_id, wall_s)
             log(f"{why}: episode recorded as errored", unit, seed)
         else:
             log(f"{why}: no episode was running, nothing recorded", unit, seed)
@@ -311,7 +285,7 @@ class Worker:
 
     def sim_line_logger(self, slot: SimSlot, unit: Unit) -> Callable[[str], None]:
         """The sim process's output goes into this worker's log, each line tagged with unit and seed."""
-        log = self.logs[slot.index]
+        log = slot.log
 
         def relay(line: str) -> None:
             seed = SEED_IN_LINE.search(line)

@@ -14,9 +14,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.config.plan import open_queue
+from harness.config.rundir import RunDir
 from harness.queue.leases import LeaseQueue
 from harness.queue.units import Unit
+from harness.worker.model_server_process import ModelServerProcess
 from harness.worker.sim_process import SimProcess
+from harness.worker.worklog import WorkerLog
 
 
 def writer_id(worker_id: str, index: int) -> str:
@@ -40,6 +44,7 @@ class SimSlot:
     queue: LeaseQueue
     progress: Path
     sim: SimProcess
+    log: WorkerLog
     # (task, task_config) of the units its current process ran: its claims prefer those (affinity)
     held: set[tuple[str, str]] = field(default_factory=set)
 
@@ -53,3 +58,22 @@ class SimSlot:
             "run_dir": str(run_dir), "scene": unit.scene, "task": unit.task, "seeds": list(seeds),
             "writer_id": self.writer_id, "progress_file": str(self.progress),
         }  # fmt: skip
+
+
+def open_slot(
+    run: RunDir, index: int, worker_log: WorkerLog, units: list[Unit], env: dict[str, str],
+    server: ModelServerProcess, tmp: Path,
+) -> SimSlot:  # fmt: skip
+    """Slot `index` of the worker that logs to `worker_log`: its lease queue over `units`, its
+    progress file in `tmp`, its sim process (started at its first unit) dialling `server`."""
+    wid = writer_id(worker_log.worker_id, index)
+    log = worker_log if index == 0 else WorkerLog(wid)
+    held: set[tuple[str, str]] = set()
+
+    def started(pid: int) -> None:
+        held.clear()  # a new process holds nothing yet
+        log(f"sim process pid {pid} started")
+
+    sim = SimProcess(serve_argv(env, server.client_ready_file), env, started)
+    queue = open_queue(run, wid, units)
+    return SimSlot(index, wid, queue, tmp / f"progress-{index}.json", sim, log, held)

@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.config import knobs
-from harness.episode.records import RecordSet, read_tree
+from harness.config.rundir import RunDir
+from harness.episode.records import RecordSet, append_record, read_tree
 from harness.queue.units import Unit
 
 
@@ -44,3 +45,12 @@ def errored_record(unit: Unit, seed: int, error: str, info: dict, worker: str, w
         "contract": os.environ.get("EVAL_CONTRACT", ""), "video": None,
         "finished_at": now_iso(),
     }  # fmt: skip
+
+
+def record_errored(
+    run: RunDir, unit: Unit, seed: int, error: str, info: dict, writer: str, wall_s: float
+) -> None:
+    """Append the errored record of `seed` to the worker's own metrics file of that result dir."""
+    ckpt = info.get("ckpt", "")
+    path = run.metrics_file(unit.task, info["policy"], unit.task_config, ckpt, f"{writer}.worker")
+    append_record(path, errored_record(unit, seed, error, info, writer, wall_s))
