@@ -152,3 +152,16 @@ def test_auto_sims_per_worker_measures_the_first_unit_and_says_why(tmp_path: Pat
     line = next(x for x in log.read_text().splitlines() if "SIMS_PER_WORKER=auto:" in x)
     assert re.search(r"auto: \d+ \(sim [\d.]+ ms/step, model [\d.]+ ms/step; [\d.]+ free cores", line), line
     assert "bounds: model" in line
+
+
+def test_a_worker_claims_the_units_of_the_task_its_sim_already_ran_first(tmp_path: Path) -> None:
+    """One-seed slices of three tasks: after a task's first slice, its other slices come next."""
+    run = make_run(tmp_path / "run", [("s", "a"), ("s", "b"), ("s", "c")])
+    env = pool_env(run, EVAL_TEST_NUM="4", UNIT_SEEDS="1")
+    log = tmp_path / "w0.log"
+    assert _run_worker(env, log, timeout=120) == 0, log.read_text()
+    check_finished(run, env, set())
+    claimed = re.findall(r"unit=s__(\w)__\d+-\d+ claimed", log.read_text())
+    assert len(claimed) == 12
+    runs = [task for i, task in enumerate(claimed) if i == 0 or claimed[i - 1] != task]
+    assert sorted(runs) == ["a", "b", "c"], claimed  # each task's slices claimed together
