@@ -165,3 +165,21 @@ def test_a_worker_claims_the_units_of_the_task_its_sim_already_ran_first(tmp_pat
     assert len(claimed) == 12
     runs = [task for i, task in enumerate(claimed) if i == 0 or claimed[i - 1] != task]
     assert sorted(runs) == ["a", "b", "c"], claimed  # each task's slices claimed together
+
+
+def test_sigterm_stops_every_slot_and_releases_their_leases(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run", [("s", f"t{i}") for i in range(4)])
+    env = pool_env(run, SIMS_PER_WORKER="2", FASTBENCH_STEPS="40", FASTBENCH_STEP_MS="100")  # 4 s episodes
+    log = tmp_path / "w0.log"
+    proc = start_worker(env, "w0", log)
+    try:
+        wait_for(lambda: _live_owners(run) == {"w0", "w0-s1"}, 60, "both slots holding a lease")
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()
+    finally:
+        stop_group(proc)
+    assert _live_owners(run) == set()  # both leases released, none marked done
+    assert not list(run.leases.glob("*/done.*"))
+    records = read_tree(run.results)
+    assert records.torn_lines == [] and records.bad_lines == []
+    assert log.read_text().count("sim client stopped") == 2
