@@ -6,6 +6,10 @@ Exit 0 when every seed has a record (errored episodes included); 2 when it canno
 arguments, no model server, spec mismatch); 3 when the connection to the server is lost mid-unit;
 5 (no episode run) when the code it runs is not the code the run's contract hashed.
 
+--serve (how a worker runs it): one process for many units, one JSON job line per unit on stdin,
+answered by a `UNIT_END {"returncode": <the exit status above>, "pid": ...}` line on stdout
+(harness/episode/simserver.py); imports and the renderer start once per process, not per unit.
+
 Example:
   $SIM_PY scripts/eval_policy_client.py --run-dir runs/demo --scene table --task PickCube \\
       --seeds 0 1 --ready-file /tmp/server.ready --writer-id w0
@@ -18,69 +22,54 @@ import sys
 from pathlib import Path
 
 from harness.config import knobs
-from harness.config.contract import CODE_REFUSED_EXIT, check_code
 from harness.config.failures import run_command
-from harness.config.manifest import ContractMismatch
-from harness.config.rundir import RunDir
 from harness.episode.bench import load_benchmark
-from harness.episode.simclient import SimClient, SimJob
-from harness.wire.client import PolicyClient
-from harness.wire.errors import PeerClosed, WireError
+from harness.episode.simclient import SimJob
+from harness.episode.simserver import CANNOT_START, run_job, serve
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--run-dir", type=Path, required=True, help="the run directory")
-    p.add_argument("--scene", required=True, help="scene of the unit (ManiSkill: table)")
-    p.add_argument("--task", required=True, help="task of the unit, e.g. PickCube")
-    p.add_argument("--seeds", type=int, nargs="+", required=True, help="episode seeds to run, in order")
+    p.add_argument("--serve", action="store_true", help="run the units given as job lines on stdin")
+    p.add_argument("--run-dir", type=Path, help="the run directory (required without --serve)")
+    p.add_argument("--scene", help="scene of the unit (ManiSkill: table)")
+    p.add_argument("--task", help="task of the unit, e.g. PickCube")
+    p.add_argument("--seeds", type=int, nargs="+", help="episode seeds to run, in order")
     p.add_argument(
         "--ready-file", type=Path, required=True, help="model server's ready file (ours with SIM_AS_SERVER=1)"
     )
-    p.add_argument("--writer-id", required=True, help="this writer's id: names its own metrics file")
+    p.add_argument("--writer-id", help="this writer's id: names its own metrics file")
     p.add_argument("--progress-file", type=Path, help='replaced each step with {"seed": N, "step": K}')
     p.add_argument("--worker-pid", type=int, help="start no new episode while this process is stopped")
     p.add_argument(
         "--connect-timeout", type=float, default=300.0, help="seconds to wait for the server (300)"
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not args.serve:
+        missing = [f"--{n.replace('_', '-')}" for n in ("run_dir", "scene", "task", "seeds", "writer_id")
+                   if getattr(args, n) is None]  # fmt: skip
+        if missing:
+            p.error(f"the following arguments are required without --serve: {', '.join(missing)}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if RunDir(args.run_dir).manifest.exists():
-        try:
-            check_code(args.run_dir)
-        except ContractMismatch as exc:
-            print(f"eval_policy_client: refusing to run: {exc}", file=sys.stderr)
-            return CODE_REFUSED_EXIT
     try:
         bench = load_benchmark(knobs.get("BENCHMARK"))
-        wire = {"codec": knobs.get("WIRE_CODEC"), "max_frame": knobs.get_int("WIRE_MAX_FRAME")}
-        if knobs.get_bool("SIM_AS_SERVER"):
-            bind = knobs.get("MODEL_SERVER_BIND")
-            client = PolicyClient.listen(args.ready_file, timeout_s=args.connect_timeout, bind=bind, **wire)
-        else:
-            host = knobs.get("MODEL_SERVER_HOST") or None
-            client = PolicyClient.from_ready_file(
-                args.ready_file, timeout_s=args.connect_timeout, host=host, **wire
-            )
-    except (ValueError, WireError, OSError) as exc:
+    except (ValueError, OSError) as exc:
         print(f"eval_policy_client: cannot start: {exc}", file=sys.stderr)
-        return 2
-    unit = SimJob(
+        return CANNOT_START
+    if args.serve:
+        return serve(bench, args.ready_file, args.connect_timeout, args.worker_pid)
+    job = SimJob(
         args.run_dir, args.scene, args.task, args.seeds, args.writer_id, args.progress_file, args.worker_pid
     )
-    with client:
-        try:
-            SimClient(bench, client, unit).run(report=lambda line: print(line, flush=True))
-        except (PeerClosed, ConnectionError, TimeoutError) as exc:
-            print(f"eval_policy_client: lost the model server: {exc}", file=sys.stderr)
-            return 3
-        except WireError as exc:  # the hello refused the pairing (spec or version mismatch)
-            print(f"eval_policy_client: {exc}", file=sys.stderr)
-            return 2
-    return 0
+    return run_job(
+        bench, job, args.ready_file, args.connect_timeout,
+        report=lambda line: print(line, flush=True),
+        complain=lambda line: print(line, file=sys.stderr, flush=True),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -79,6 +79,7 @@ KNOBS: dict[str, Knob] = {
         Knob("MODEL_START_TIMEOUT", "900", "seconds a worker waits for its model server to be ready", False),
         Knob("WORKERS_PER_GPU", "1", "workers per GPU slot", False),
         Knob("CPU_WORKERS", "1", "workers on a node without GPUs", False),
+        Knob("SIMS_PER_WORKER", "1", "sim slots per worker sharing its model server: 1..64, or auto", False),
         # wire
         Knob("WIRE_CODEC", "msgpack", "msgpack (fast) or json (reference-compatible)", False),
         Knob("WIRE_MAX_FRAME", str(DEFAULT_MAX_FRAME), "largest accepted frame in bytes", False),

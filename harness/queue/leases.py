@@ -42,6 +42,7 @@ import shutil
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,8 +98,12 @@ class LeaseQueue:
         self._stamped = 0.0  # when the staged owner file's mtime (its first heartbeat) was set
         self.root.mkdir(parents=True, exist_ok=True)
 
-    def claim(self, stop: threading.Event | None = None) -> Lease | None:
-        """The next unit to work on, or None when every unit is done or quarantined (or `stop`)."""
+    def claim(
+        self, stop: threading.Event | None = None, prefer: Callable[[Unit], bool] | None = None
+    ) -> Lease | None:
+        """The next unit to work on, or None when every unit is done or quarantined (or `stop`).
+        Candidates that `prefer` accepts (a unit whose env the caller already holds) are tried
+        first; the others follow at once: a preference orders the claims, it never waits."""
         while stop is None or not stop.is_set():
             if not self._candidates or self._misses > MAX_MISSES:
                 if not self.refresh():
@@ -111,12 +116,20 @@ class LeaseQueue:
                     continue
             elif time.monotonic() - self._last_reap > self.ttl / 2:
                 self.reap_pass()
-            lease = self._try(self._candidates.pop())
+            lease = self._try(self._next_candidate(prefer))
             if lease is not None:
                 self._idle_s = IDLE_S
                 return lease
         self.close()
         return None
+
+    def _next_candidate(self, prefer: Callable[[Unit], bool] | None) -> str:
+        """Take the last preferred candidate (the list is shuffled), else the last one."""
+        if prefer is not None:
+            for index in range(len(self._candidates) - 1, -1, -1):
+                if prefer(self.units[self._candidates[index]]):
+                    return self._candidates.pop(index)
+        return self._candidates.pop()
 
     def quarantined(self, key: str) -> bool:
         return self.crashes.get(key, 0) >= self.crash_limit

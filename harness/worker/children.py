@@ -39,21 +39,22 @@ def _die_with_parent(sig: int) -> Callable[[], None]:
 
 
 def spawn(
-    argv: list[str], log: Path | None, env: dict[str, str], death_signal: int = signal.SIGKILL
-) -> subprocess.Popen:
+    argv: list[str], log: Path | None, env: dict[str, str], death_signal: int = signal.SIGKILL,
+    stdin: int = subprocess.DEVNULL,
+) -> subprocess.Popen:  # fmt: skip
     """Start `argv` with stdout and stderr appended to `log` (None: one pipe, `proc.stdout`); it
-    gets `death_signal` when we die."""
+    gets `death_signal` when we die. `stdin=subprocess.PIPE` gives it a pipe we write to."""
     if log is None:
-        return _popen(argv, subprocess.PIPE, env, death_signal)
+        return _popen(argv, subprocess.PIPE, env, death_signal, stdin)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        return _popen(argv, out, env, death_signal)
+        return _popen(argv, out, env, death_signal, stdin)
 
 
-def _popen(argv: list[str], out: Any, env: dict[str, str], death_signal: int) -> subprocess.Popen:
+def _popen(argv: list[str], out: Any, env: dict[str, str], death_signal: int, stdin: int) -> subprocess.Popen:
     return subprocess.Popen(
         argv,
-        stdin=subprocess.DEVNULL,
+        stdin=stdin,
         stdout=out,
         stderr=subprocess.STDOUT,
         env=env,

@@ -1,11 +1,14 @@
-"""The per-worker loop: one persistent model server, then claim -> run missing seeds -> release.
+"""The per-worker loop: one persistent model server, SIMS_PER_WORKER sim slots, each claiming ->
+running the missing seeds -> releasing.
 
 Started by `slurm/eval_worker.sh` (one per GPU slot, from the node script). The run dir is
 $RUN_DIR, else $RUNS_ROOT/$STUDY_RUN. Each log line (stderr; the node script keeps it in
-`logs/worker-<id>.log`) names the unit and seed it is about. The worker exits 0 when every unit
-is done or quarantined, when its Slurm allocation has no time left for another unit, or on
-SIGTERM (its lease released, no record torn); 2 when its environment does not match the run's
-manifest, 1 when its model server cannot start.
+`logs/worker-<id>.log`) names the unit and seed it is about. Each slot (harness/worker/sim_slot.py)
+has its own lease queue, progress file and persistent sim process; its claims prefer units of the
+task its process already ran, never waiting for one. The worker exits 0 when every unit is done or
+quarantined, when its Slurm allocation has no time left for another unit, or on SIGTERM (its leases
+released, no record torn); 2 when its environment does not match the run's manifest, 1 when its
+model server cannot start.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
@@ -29,38 +31,25 @@ from harness.config.contract import CODE_REFUSED_EXIT, verify_environment
 from harness.config.failures import run_command
 from harness.config.manifest import ContractMismatch
 from harness.config.paths import run_dir
-from harness.config.plan import open_queue
+from harness.config.plan import run_units
 from harness.config.rundir import RunDir
-from harness.episode.records import RecordSet, append_record, read_tree
+from harness.episode.records import read_tree
 from harness.queue import slurmjob
 from harness.queue.lease import Lease
-from harness.queue.leases import LeaseQueue
 from harness.queue.owner import pid_namespace
 from harness.queue.units import Unit
-from harness.worker import children
+from harness.worker import children, slot_count
 from harness.worker.model_server_process import ModelServerError, ModelServerProcess
-from harness.worker.sim_process import SimOutcome, read_progress, run_sim
+from harness.worker.sim_process import SimOutcome, read_progress
+from harness.worker.sim_slot import SimSlot, open_slot
+from harness.worker.unit_records import finished_seeds, missing_seeds, now_iso, record_errored
+from harness.worker.worklog import WorkerLog
 
 MAX_SERVER_RESTARTS = 3  # a model server that keeps dying stops its worker (exit 1), not the run
 # + <pid namespace>-<pid>-: a SIGKILLed worker's dir is swept by the next worker of this namespace
 TEMP_PREFIX = f"eval-worker-{''.join(c for c in pid_namespace() if c.isdigit())}-"
 SEED_IN_LINE = re.compile(r"\bseed (\d+)\b")
-
-
-def now_iso() -> str:
-    """The records' finished_at format (ISO 8601 UTC), comparable as strings."""
-    return datetime.now(UTC).isoformat(timespec="microseconds")
-
-
-class WorkerLog:
-    def __init__(self, worker_id: str) -> None:
-        self.worker_id = worker_id
-
-    def __call__(self, message: str, unit: Unit | None = None, seed: int | None = None) -> None:
-        stamp = datetime.now(UTC).isoformat(timespec="seconds")
-        where = f" unit={unit.key}" if unit else ""
-        where += f" seed={seed}" if seed is not None else ""
-        print(f"{stamp} worker={self.worker_id}{where} {message}", file=sys.stderr, flush=True)
+JOIN_S = 0.5  # the main thread joins slot threads in short waits, so signal handlers run
 
 
 def run_dir_from_env() -> RunDir:
@@ -70,34 +59,6 @@ def run_dir_from_env() -> RunDir:
     if not study:
         raise SystemExit("worker: set RUN_DIR, or STUDY_RUN (a run dir name under $RUNS_ROOT)")
     return RunDir(run_dir(study))
-
-
-def finished_seeds(records: RecordSet, unit: Unit) -> set[int]:
-    """Seeds of `unit` whose latest record is a result (a policy success or failure), not an error."""
-    return {
-        seed
-        for seed in unit.seeds
-        if (rec := records.records.get((unit.task, unit.task_config, seed))) is not None
-        and rec.get("error") is None
-    }
-
-
-def missing_seeds(result_dir: Path, unit: Unit) -> list[int]:
-    """The seeds still to run: never recorded, or whose latest record is an errored episode."""
-    done = finished_seeds(read_tree(result_dir), unit)
-    return [seed for seed in unit.seeds if seed not in done]
-
-
-def errored_record(unit: Unit, seed: int, error: str, info: dict, worker: str, wall_s: float) -> dict:
-    """The record of an episode the worker had to kill: counted apart, retried on a later pass."""
-    return {
-        "task": unit.task, "scene": unit.scene, "task_config": unit.task_config, "seed": seed,
-        "success": False, "hard_success": False, "error": error, "steps": 0, "wall_s": wall_s,
-        "sim_s": 0.0, "model_s": 0.0, "policy": info.get("policy", knobs.get("POLICY")),
-        "ckpt": info.get("ckpt", ""), "host": socket.gethostname(), "worker": worker, "sim_version": "",
-        "contract": os.environ.get("EVAL_CONTRACT", ""), "video": None,
-        "finished_at": now_iso(),
-    }  # fmt: skip
 
 
 class Worker:
@@ -110,8 +71,10 @@ class Worker:
         self.env = dict(os.environ)
         log = run.logs / f"server-{worker_id}.log"
         self.server = ModelServerProcess(self.tmp / "ready.json", log, self.env)
-        self.progress = self.tmp / "progress.json"
+        self.slots: list[SimSlot] = []
+        self.units: list[Unit] = []
         self.unit_times: list[float] = []
+        self.failure: Exception | None = None  # what stopped a slot thread (raised again by main)
 
     def verify(self) -> None:
         """Refuse to run under a contract other than the run's (when the run has a manifest)."""
@@ -133,33 +96,36 @@ class Worker:
         mean = sum(self.unit_times) / len(self.unit_times)
         return time.time() + 1.2 * mean < end
 
+    def add_slot(self) -> SimSlot:
+        """One more sim slot: its own lease queue, progress file, writer id and sim process."""
+        slot = open_slot(self.run, len(self.slots), self.log, self.units, self.env, self.server, self.tmp)
+        self.slots.append(slot)
+        return slot
+
     def main(self) -> int:
         signal.signal(signal.SIGTERM, self.on_signal)
         signal.signal(signal.SIGINT, self.on_signal)
         try:
             knobs.get_choice("QUEUE_MODE", knobs.QUEUE_MODES)
+            count = slot_count.parse(knobs.get("SIMS_PER_WORKER"))
+            if knobs.get_bool("SIM_AS_SERVER") and count != 1:
+                raise ValueError("knob SIMS_PER_WORKER: must be 1 with SIM_AS_SERVER=1 (one listening sim)")
             self.verify()
-            queue = open_queue(self.run, self.worker_id)  # a bad queue file or seed bank: refused
+            self.units = run_units(self.run)  # a bad queue file or seed bank: refused
+            self.add_slot()
         except ValueError as exc:  # ContractMismatch, ManifestError, QueueFileError, SeedBankError, knobs
             self.log(f"refusing to run: {exc}")
             return 2
-        units = queue.units
         end = slurmjob.allocation_end()
-        self.log(f"run {self.run.root}: {len(units)} units; allocation ends {end or 'never'}")
+        slots = f"{count or 'auto'} sim slots"
+        self.log(f"run {self.run.root}: {len(self.units)} units; {slots}; allocation ends {end or 'never'}")
         try:
             info = self.server.ensure(knobs.get_float("MODEL_START_TIMEOUT"))
             mode = "dials each sim client" if self.server.sim_listens else f"listens on {info['port']}"
             self.log(f"model server pid {info['pid']} loaded {info['policy']} ({mode})")
-            while not self.stop.is_set():
-                if not self.time_for_another(end):
-                    self.log("not enough allocation time left for another unit: stopping")
-                    break
-                lease = queue.claim(self.stop)
-                if lease is None:
-                    break
-                started = time.monotonic()
-                self.work(queue, lease)
-                self.unit_times.append(time.monotonic() - started)
+            self.run_slots(count, end)
+            if self.failure is not None:
+                raise self.failure
             self.log("no unit left to claim" if not self.stop.is_set() else "stopped")
             return 0
         except ModelServerError as exc:
@@ -169,74 +135,125 @@ class Worker:
             self.log(f"refusing to run: {exc}")
             return 2
         finally:
+            for slot in self.slots:
+                slot.sim.close()
             self.server.stop()
             shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def work(self, queue: LeaseQueue, lease: Lease) -> None:
-        """One claim: run the unit's missing seeds, then release it, done or not."""
+    def run_slots(self, count: int | None, end: float | None) -> None:
+        """Run every slot's claim loop in its own thread until the queue is drained or we stop.
+        `auto` (count None): slot 0 runs one unit alone first; what it measured picks the count."""
+        if count is None:
+            first = self.slot_loop(self.slots[0], end, limit=1)
+            if first is None or self.stop.is_set():
+                return
+            count, why = slot_count.choose(slot_count.measure(first))
+            self.log(why)
+        while len(self.slots) < count:
+            self.add_slot()
+        threads = [threading.Thread(target=self.guarded_loop, args=(s, end), daemon=True) for s in self.slots]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(JOIN_S)
+
+    def guarded_loop(self, slot: SimSlot, end: float | None) -> None:
+        """A slot thread: what stops it (a dead model server, a refused contract) stops every slot."""
         try:
-            self.run_unit(queue, lease)
+            self.slot_loop(slot, end)
+        except Exception as exc:
+            if self.failure is None:
+                self.failure = exc
+            self.stop.set()
+
+    def slot_loop(self, slot: SimSlot, end: float | None, limit: int | None = None) -> list[dict] | None:
+        """Claim and run units on `slot` (at most `limit`); the records of the last unit run, if any."""
+        records = None
+        while not self.stop.is_set() and (limit is None or limit > 0):
+            if not self.time_for_another(end):
+                slot.log("not enough allocation time left for another unit: stopping")
+                break
+            lease = slot.queue.claim(self.stop, prefer=slot.holds)
+            if lease is None:
+                break
+            started = time.monotonic()
+            records = self.work(slot, lease)
+            self.unit_times.append(time.monotonic() - started)
+            limit = None if limit is None else limit - 1
+        return records
+
+    def work(self, slot: SimSlot, lease: Lease) -> list[dict]:
+        """One claim: run the unit's missing seeds, then release it, done or not; the unit's records."""
+        try:
+            return self.run_unit(slot, lease)
         except (ModelServerError, ContractMismatch):
-            queue.mark(lease, done=False)  # not the unit's fault: no crash counted
+            slot.queue.mark(lease, done=False)  # not the unit's fault: no crash counted
             raise
 
-    def run_unit(self, queue: LeaseQueue, lease: Lease) -> None:
-        unit = lease.unit
+    def run_unit(self, slot: SimSlot, lease: Lease) -> list[dict]:
+        unit, log, queue = lease.unit, slot.log, slot.queue
         info = self.server.ensure(knobs.get_float("MODEL_START_TIMEOUT"))
         starts = self.server.starts
         result_dir = self.run.result_dir(unit.task, info["policy"], unit.task_config, info.get("ckpt", ""))
         resume = knobs.get_bool("EVAL_RESUME_SEEDS")
         todo = missing_seeds(result_dir, unit) if resume else list(unit.seeds)
-        self.log(f"claimed: {len(todo)} of {len(unit.seeds)} seeds to run", unit)
-        error = self.run_seeds(lease, todo, info, result_dir) if todo else None
+        log(f"claimed: {len(todo)} of {len(unit.seeds)} seeds to run", unit)
+        error = self.run_seeds(slot, lease, todo, info, result_dir) if todo else None
+        records = read_tree(result_dir).records
+        mine = [records[k] for s in unit.seeds if (k := (unit.task, unit.task_config, s)) in records]
         if lease.lost.is_set():
-            self.log("lease lost (reaped while slow): leaving the unit to its new owner", unit)
-            return
+            log("lease lost (reaped while slow): leaving the unit to its new owner", unit)
+            return mine
         if self.stop.is_set():
             queue.mark(lease, done=False)
-            return
+            return mine
         left = [s for s in unit.seeds if s not in finished_seeds(read_tree(result_dir), unit)]
         if not left:
             ok = queue.mark(lease, done=True)
-            self.log("done" if ok else "lease lost before marking done: not marked", unit)
-            return
+            log("done" if ok else "lease lost before marking done: not marked", unit)
+            return mine
         reason = error or f"{len(left)} seeds errored"
         if not self.server.alive() or self.server.starts != starts:
-            self.log(f"model server died during the unit ({reason}): retrying later, not a crash", unit)
+            log(f"model server died during the unit ({reason}): retrying later, not a crash", unit)
             queue.mark(lease, done=False)
             if self.server.starts - 1 >= MAX_SERVER_RESTARTS:
                 died = self.server.starts - 1
                 raise ModelServerError(f"model server died {died} times: see {self.server.log}")
         elif queue.release_errored(lease, reason):
-            self.log(f"quarantined after {queue.crashes[unit.key]} errored attempts: {reason}", unit)
+            log(f"quarantined after {queue.crashes[unit.key]} errored attempts: {reason}", unit)
         else:
-            self.log(f"errored attempt {queue.crashes[unit.key]}: {reason}", unit)
+            log(f"errored attempt {queue.crashes[unit.key]}: {reason}", unit)
+        return mine
 
-    def run_seeds(self, lease: Lease, seeds: list[int], info: dict, result_dir: Path) -> str | None:
-        """Run the sim client until every seed of this pass was attempted; the last error, if any."""
+    def run_seeds(
+        self, slot: SimSlot, lease: Lease, seeds: list[int], info: dict, result_dir: Path
+    ) -> str | None:
+        """Run the sim process until every seed of this pass was attempted; the last error, if any."""
         unit = lease.unit
         deadline = time.monotonic() + knobs.get_float("PER_TASK_TIMEOUT")
         todo, error = list(seeds), None
-        # a beat before each client: a worker resumed from a freeze learns at once that it lost the lease
+        # a beat before each job: a worker resumed from a freeze learns at once that it lost the lease
         while todo and not self.stop.is_set() and lease.beat():
             info = self.server.ensure(knobs.get_float("MODEL_START_TIMEOUT"))
             started, since = time.monotonic(), now_iso()
             stall = knobs.get_float("STALL_TIMEOUT")
-            cancel = [self.stop, lease.lost]
-            relay = self.sim_line_logger(unit)
-            outcome = run_sim(
-                self.sim_argv(unit, todo), self.env, relay, self.progress, stall, deadline, cancel,
-                peer_alive=self.server.alive,
+            outcome = slot.sim.run(
+                slot.job(self.run.root, unit, todo), self.sim_line_logger(slot, unit), slot.progress,
+                stall, deadline, [self.stop, lease.lost], peer_alive=self.server.alive,
             )  # fmt: skip
             if outcome.returncode == CODE_REFUSED_EXIT and outcome.killed is None:
                 raise ContractMismatch("the sim client refused to run (its log line above says why)", [])
+            if slot.sim.alive():
+                slot.held.add((unit.task, unit.task_config))
             records = read_tree(result_dir).records
-            recorded = {  # seeds this run of the client wrote a record for
+            recorded = {  # seeds this job wrote a record for
                 s
                 for s in todo
                 if str(records.get((unit.task, unit.task_config, s), {}).get("finished_at", "")) >= since
             }
-            error = self.after_sim(unit, outcome, todo, recorded, info, time.monotonic() - started) or error
+            wall_s = time.monotonic() - started
+            error = self.after_sim(slot, unit, outcome, todo, recorded, info, wall_s) or error
             attempted = recorded | ({outcome.seed} if outcome.seed is not None else set())
             if not attempted & set(todo) or outcome.killed == "unit timeout":
                 break  # the client could not run at all, or the unit is out of time
@@ -244,47 +261,37 @@ class Worker:
         return error
 
     def after_sim(
-        self, unit: Unit, outcome: SimOutcome, todo: list[int], recorded: set[int], info: dict, wall_s: float
-    ) -> str | None:
-        """Log the client's end; record the running episode as errored if the client was killed."""
+        self, slot: SimSlot, unit: Unit, outcome: SimOutcome, todo: list[int], recorded: set[int],
+        info: dict, wall_s: float,
+    ) -> str | None:  # fmt: skip
+        """Log the unit's end; record the running episode as errored if the sim process was killed."""
+        log = slot.log
         if outcome.returncode == 0 and outcome.killed is None:
-            self.log(f"sim client finished {len(todo)} seeds", unit)
+            log(f"sim client finished {len(todo)} seeds", unit)
             return None
         why = outcome.killed or f"sim client exited with {outcome.returncode}"
         if outcome.killed == "cancelled":
-            self.log("sim client stopped", unit, outcome.seed)
+            log("sim client stopped", unit, outcome.seed)
             return None
         seed = outcome.seed
         if seed is None:  # killed before its first step: the first seed without a record was running
             seed = next((s for s in todo if s not in recorded), None)
         if seed is not None and seed not in recorded:
-            path = self.run.metrics_file(
-                unit.task, info["policy"], unit.task_config, info.get("ckpt", ""), f"{self.worker_id}.worker"
-            )
-            append_record(path, errored_record(unit, seed, why, info, self.worker_id, wall_s))
-            self.log(f"{why}: episode recorded as errored", unit, seed)
+            record_errored(self.run, unit, seed, why, info, slot.writer_id, wall_s)
+            log(f"{why}: episode recorded as errored", unit, seed)
         else:
-            self.log(f"{why}: no episode was running, nothing recorded", unit, seed)
+            log(f"{why}: no episode was running, nothing recorded", unit, seed)
         return why
 
-    def sim_line_logger(self, unit: Unit) -> Callable[[str], None]:
-        """The sim client's output goes into this worker's log, each line tagged with unit and seed."""
+    def sim_line_logger(self, slot: SimSlot, unit: Unit) -> Callable[[str], None]:
+        """The sim process's output goes into this worker's log, each line tagged with unit and seed."""
+        log = slot.log
 
         def relay(line: str) -> None:
             seed = SEED_IN_LINE.search(line)
-            self.log(f"sim: {line}", unit, int(seed.group(1)) if seed else read_progress(self.progress)[1])
+            log(f"sim: {line}", unit, int(seed.group(1)) if seed else read_progress(slot.progress)[1])
 
         return relay
-
-    def sim_argv(self, unit: Unit, seeds: list[int]) -> list[str]:
-        root = Path(self.env.get("EVAL_ROOT", "."))
-        return [
-            self.env.get("SIM_PY", sys.executable), str(root / "scripts" / "eval_policy_client.py"),
-            "--run-dir", str(self.run.root), "--scene", unit.scene, "--task", unit.task,
-            "--seeds", *map(str, seeds), "--ready-file", str(self.server.client_ready_file),
-            "--writer-id", self.worker_id, "--progress-file", str(self.progress),
-            "--worker-pid", str(os.getpid()),
-        ]  # fmt: skip
 
 
 def main() -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ class ModelServerProcess:
         self.proc: subprocess.Popen | None = None
         self.info: dict[str, Any] = {}
         self.starts = 0
+        self._lock = threading.Lock()  # the worker's sim slots share this server
 
     def argv(self) -> list[str]:
         root = Path(self.env.get("EVAL_ROOT", "."))
@@ -60,16 +62,18 @@ class ModelServerProcess:
 
     def ensure(self, timeout_s: float, attempts: int = 3) -> dict[str, Any]:
         """The running server's ready info; (re)starts it first if it is not running. A start that
-        a signal killed is retried (up to `attempts` in all); one that failed by itself is not."""
-        attempt = 1
-        while not self.alive():
-            try:
-                return self._start(timeout_s)
-            except ModelServerError as exc:
-                if not exc.killed or attempt >= attempts:
-                    raise
-                attempt += 1
-        return self.info
+        a signal killed is retried (up to `attempts` in all); one that failed by itself is not.
+        Sim slots call it concurrently: one of them (re)starts the server, the others wait for it."""
+        with self._lock:
+            attempt = 1
+            while not self.alive():
+                try:
+                    return self._start(timeout_s)
+                except ModelServerError as exc:
+                    if not exc.killed or attempt >= attempts:
+                        raise
+                    attempt += 1
+            return self.info
 
     def _start(self, timeout_s: float) -> dict[str, Any]:
         if self.proc is not None:

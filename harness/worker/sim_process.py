@@ -1,14 +1,20 @@
-"""One run of the sim client over some seeds of a unit, watched for stalls, timeouts and fencing.
+"""A worker's long-lived sim process, given one unit at a time and watched for stalls, timeouts, fencing.
 
-The sim client replaces its progress file (`{"seed", "step"}`) at every step. A client whose progress
-file has not changed for STALL_TIMEOUT is killed; so is one still running at the unit's deadline,
-one whose lease was lost, and one the worker is told to stop. The outcome says which seed was
-running, so the worker can record that episode as errored.
+The process (`eval_policy_client.py --serve`, harness/episode/simserver.py) is started on the first
+unit and kept: imports and the renderer start once, not once per unit. Each unit is one job line
+on its stdin; its end is one `UNIT_END` line on its stdout. While a unit runs, the client replaces
+its progress file (`{"seed", "step"}`) at every step. A process whose progress file has not changed
+for STALL_TIMEOUT is killed; so is one still running at the unit's deadline, one whose lease was
+lost, one the worker is told to stop, and one whose model server died. A killed or dead process is
+started again for the next unit. The outcome says which seed was running, so the worker can
+record that episode as errored, exactly as when every unit had its own process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import queue
 import subprocess
 import threading
 import time
@@ -19,6 +25,8 @@ from pathlib import Path
 from harness.worker import children
 
 POLL_S = 0.2
+UNIT_END = "UNIT_END "  # harness.episode.simserver.UNIT_END: the worker stage does not import episode code
+CLOSE_GRACE_S = 5.0
 
 
 @dataclass
@@ -38,50 +46,120 @@ def read_progress(path: Path) -> tuple[bytes, int | None]:
         return b"", None
 
 
-def run_sim(
-    argv: list[str],
-    env: dict[str, str],
-    on_line: Callable[[str], None],
-    progress: Path,
-    stall_s: float,
-    deadline: float,
-    cancel: list[threading.Event],
-    peer_alive: Callable[[], bool] | None = None,
-) -> SimOutcome:
-    """Run the client to its end, passing each line it prints to `on_line`; kill it on a stall, at
-    `deadline` (monotonic), on any `cancel` event, or as soon as its peer (the model server) is
-    dead: a client dialling a dead server's stale ready file would otherwise wait for the stall."""
-    progress.unlink(missing_ok=True)
-    proc = children.spawn(argv, None, env)
-    reader = threading.Thread(target=_relay, args=(proc, on_line), daemon=True)
-    reader.start()
-    last_raw, seed = b"", None
-    last_change = time.monotonic()
-    killed = None
-    while proc.poll() is None:
-        time.sleep(POLL_S)
-        raw, now_seed = read_progress(progress)
-        now = time.monotonic()
-        if raw != last_raw:
-            last_raw, last_change = raw, now
-            seed = now_seed if now_seed is not None else seed
-        if now - last_change > stall_s:
-            killed = "stalled"
-        elif now > deadline:
-            killed = "unit timeout"
-        elif any(event.is_set() for event in cancel):
-            killed = "cancelled"
-        elif peer_alive is not None and not peer_alive():
-            killed = "model server died"
-        if killed:
+class SimProcess:
+    """One persistent sim process; `run` gives it a unit and watches it to the unit's end."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], on_start: Callable[[int], None]) -> None:
+        self.argv, self.env, self.on_start = argv, env, on_start
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+        self._answers: queue.Queue[int] = queue.Queue()  # the returncodes of its UNIT_END lines
+        self._ended = threading.Event()  # its stdout ended (it exited)
+        self._on_line: Callable[[str], None] = lambda line: None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _ensure(self) -> subprocess.Popen:
+        if self.proc is not None and self.proc.poll() is None:
+            return self.proc
+        self.proc = children.spawn(self.argv, None, self.env, stdin=subprocess.PIPE)
+        self._answers, self._ended = queue.Queue(), threading.Event()
+        args = (self.proc, self._answers, self._ended)
+        threading.Thread(target=self._relay, args=args, daemon=True).start()
+        self.starts += 1
+        self.on_start(self.proc.pid)
+        return self.proc
+
+    def run(
+        self,
+        job: dict,
+        on_line: Callable[[str], None],
+        progress: Path,
+        stall_s: float,
+        deadline: float,
+        cancel: list[threading.Event],
+        peer_alive: Callable[[], bool] | None = None,
+    ) -> SimOutcome:
+        """Run `job` (a unit: run_dir, scene, task, seeds, writer_id, progress_file) to its end,
+        passing each line the process prints to `on_line`; kill the process on a stall, at
+        `deadline` (monotonic), on any `cancel` event, or as soon as its peer (the model server) is
+        dead: a client dialling a dead server's stale ready file would otherwise wait for the stall."""
+        progress.unlink(missing_ok=True)
+        self._on_line = on_line
+        proc = self._ensure()
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write((json.dumps(job) + "\n").encode())
+            proc.stdin.flush()
+        except OSError:  # it died between units: what it exited with is this unit's outcome
+            return SimOutcome(self._reap(proc), None, None)
+        answers, ended = self._answers, self._ended
+        last_raw, seed = b"", None
+        last_change = time.monotonic()
+        killed, returncode = None, None
+        while True:
+            try:
+                returncode = answers.get(timeout=POLL_S)
+                break
+            except queue.Empty:
+                pass
+            if proc.poll() is not None:  # it exited: with its answer still in the pipe, or mid-unit
+                ended.wait(CLOSE_GRACE_S)
+                returncode = answers.get_nowait() if not answers.empty() else self._reap(proc)
+                break
+            raw, now_seed = read_progress(progress)
+            now = time.monotonic()
+            if raw != last_raw:
+                last_raw, last_change = raw, now
+                seed = now_seed if now_seed is not None else seed
+            if now - last_change > stall_s:
+                killed = "stalled"
+            elif now > deadline:
+                killed = "unit timeout"
+            elif any(event.is_set() for event in cancel):
+                killed = "cancelled"
+            elif peer_alive is not None and not peer_alive():
+                killed = "model server died"
+            if killed:
+                returncode = self._reap(proc, kill=True)
+                break
+        _, final_seed = read_progress(progress)
+        return SimOutcome(returncode, killed, final_seed if final_seed is not None else seed)
+
+    def _reap(self, proc: subprocess.Popen, kill: bool = False) -> int:
+        """Its exit status; killed first (with its session) when `kill`. The next unit starts anew."""
+        code = children.stop(proc) if kill else proc.wait()
+        if self.proc is proc:
+            self.proc = None
+        return code
+
+    def close(self) -> None:
+        """End the process: stdin closed (it exits between units), killed after a grace period."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        try:
+            proc.wait(CLOSE_GRACE_S)
+        except subprocess.TimeoutExpired:
             children.stop(proc)
-            break
-    returncode = proc.wait()
-    reader.join()
-    _, final_seed = read_progress(progress)
-    return SimOutcome(returncode, killed, final_seed if final_seed is not None else seed)
 
-
-def _relay(proc: subprocess.Popen, on_line: Callable[[str], None]) -> None:
-    for raw in proc.stdout:
-        on_line(raw.decode(errors="replace").rstrip())
+    def _relay(self, proc: subprocess.Popen, answers: queue.Queue[int], ended: threading.Event) -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            if line.startswith(UNIT_END):
+                try:
+                    answers.put(int(json.loads(line[len(UNIT_END) :])["returncode"]))
+                    continue
+                except (ValueError, KeyError, TypeError):
+                    pass  # not an answer after all: it is a log line
+            self._on_line(line)
+        ended.set()

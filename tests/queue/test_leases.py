@@ -20,7 +20,7 @@ from harness.queue import reaper
 from harness.queue.leases import LeaseQueue
 from harness.queue.listing import scan
 from harness.queue.units import Unit, split
-from harness.worker.loop import missing_seeds
+from harness.worker.unit_records import missing_seeds
 
 CTX = mp.get_context("fork")
 

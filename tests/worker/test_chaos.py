@@ -58,6 +58,7 @@ def test_chaos_every_seed_once_no_torn_record_no_lease_left(tmp_path: Path) -> N
         UNIT_SEEDS="2",
         CRASH_LIMIT=str(CRASH_LIMIT),
         FASTBENCH_CRASH=",".join(sorted(CRASHING)),
+        FASTBENCH_STEP_MS="300",  # ~30 s of work: with persistent sims 2 ms steps end before the killer
     )
     units = 2 * len(cells)
     rng = random.Random(1234)

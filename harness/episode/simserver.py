@@ -1,0 +1,122 @@
+"""The sim client's two process shapes: one unit per process (the CLI), or one process for many units.
+
+A fresh process per unit pays the Python imports and the renderer's start-up (about 10 s on the
+CPU renderer) before its first episode, once per unit. A worker therefore starts its sim process
+once (`eval_policy_client.py --serve`) and hands it one unit at a time: one JSON line on stdin per
+unit (`{"run_dir", "scene", "task", "seeds", "writer_id", "progress_file"}`), answered, when the
+unit ends, by one line `UNIT_END {"returncode": <the one-shot CLI's exit status>, "pid": <pid>}` on
+stdout. Everything else on stdout is the unit's log. Stdin closed: the process exits 0.
+
+A unit runs exactly as the one-shot CLI runs it (`run_job`): the code check against the run's
+contract, a fresh connection to the model server, then `SimClient`. Only the benchmark object (and
+with it the imports and the render system) outlives the unit; episodes are still built fresh per
+seed (a reused ManiSkill env drifts, see `harness.episode.bench.maniskill_env`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from harness.config import knobs
+from harness.config.contract import CODE_REFUSED_EXIT, check_code
+from harness.config.manifest import ContractMismatch
+from harness.config.rundir import RunDir
+from harness.episode.bench import Benchmark
+from harness.episode.simclient import SimClient, SimJob
+from harness.wire.client import PolicyClient
+from harness.wire.errors import PeerClosed, WireError
+
+UNIT_END = "UNIT_END "  # the prefix of the answer line that ends a unit in `--serve` mode
+CANNOT_START, LOST_SERVER = 2, 3  # the one-shot CLI's exit statuses (scripts/eval_policy_client.py)
+JOB_FIELDS = ("run_dir", "scene", "task", "seeds", "writer_id")
+
+
+def run_job(
+    bench: Benchmark, job: SimJob, ready_file: Path, connect_timeout: float,
+    report: Callable[[str], None], complain: Callable[[str], None] | None = None,
+) -> int:  # fmt: skip
+    """Run one unit against the model server found through `ready_file`; the CLI's exit status.
+    `report` gets each episode's line, `complain` (default: `report`) why the unit could not run."""
+    complain = complain or report
+    if RunDir(job.run_dir).manifest.exists():
+        try:
+            check_code(job.run_dir)
+        except ContractMismatch as exc:
+            complain(f"eval_policy_client: refusing to run: {exc}")
+            return CODE_REFUSED_EXIT
+    try:
+        client = connect(ready_file, connect_timeout)
+    except (ValueError, WireError, OSError) as exc:
+        complain(f"eval_policy_client: cannot start: {exc}")
+        return CANNOT_START
+    with client:
+        try:
+            SimClient(bench, client, job).run(report=report)
+        except (PeerClosed, ConnectionError, TimeoutError) as exc:
+            complain(f"eval_policy_client: lost the model server: {exc}")
+            return LOST_SERVER
+        except WireError as exc:  # the hello refused the pairing (spec or version mismatch)
+            complain(f"eval_policy_client: {exc}")
+            return CANNOT_START
+    return 0
+
+
+def connect(ready_file: Path, timeout_s: float) -> PolicyClient:
+    """A connection to the model server (or, with SIM_AS_SERVER=1, from it), hello not yet sent."""
+    wire = {"codec": knobs.get("WIRE_CODEC"), "max_frame": knobs.get_int("WIRE_MAX_FRAME")}
+    if knobs.get_bool("SIM_AS_SERVER"):
+        bind = knobs.get("MODEL_SERVER_BIND")
+        return PolicyClient.listen(ready_file, timeout_s=timeout_s, bind=bind, **wire)
+    host = knobs.get("MODEL_SERVER_HOST") or None
+    return PolicyClient.from_ready_file(ready_file, timeout_s=timeout_s, host=host, **wire)
+
+
+def parse_job(line: str, worker_pid: int | None) -> SimJob:
+    """One job line → a SimJob; a malformed line is a ValueError naming what is wrong."""
+    try:
+        raw: Any = json.loads(line)
+    except ValueError as exc:
+        raise ValueError(f"job line is not JSON ({exc}): {line[:200]!r}") from None
+    if not isinstance(raw, dict) or (missing := [f for f in JOB_FIELDS if f not in raw]):
+        raise ValueError(f"job line lacks {', '.join(missing) if isinstance(raw, dict) else 'an object'}")
+    seeds = raw["seeds"]
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+        raise ValueError(f"job line: seeds must be a non-empty list of integers, got {seeds!r}")
+    progress = raw.get("progress_file")
+    return SimJob(
+        Path(raw["run_dir"]), str(raw["scene"]), str(raw["task"]), seeds, str(raw["writer_id"]),
+        Path(progress) if progress else None, worker_pid,
+    )  # fmt: skip
+
+
+def answer(out: IO[str], returncode: int) -> None:
+    out.write(UNIT_END + json.dumps({"returncode": returncode, "pid": os.getpid()}) + "\n")
+    out.flush()
+
+
+def serve(
+    bench: Benchmark, ready_file: Path, connect_timeout: float, worker_pid: int | None,
+    jobs: IO[str] = sys.stdin, out: IO[str] = sys.stdout,
+) -> int:  # fmt: skip
+    """Run each job line read from `jobs` as a unit and answer it; 0 when `jobs` ends."""
+
+    def report(line: str) -> None:
+        out.write(line + "\n")
+        out.flush()
+
+    for line in jobs:
+        if not line.strip():
+            continue
+        try:
+            job = parse_job(line, worker_pid)
+        except ValueError as exc:
+            report(f"eval_policy_client: {exc}")
+            answer(out, CANNOT_START)
+            continue
+        answer(out, run_job(bench, job, ready_file, connect_timeout, report))
+    return 0

@@ -1,0 +1,79 @@
+"""A worker's sim slot: one persistent sim process with its own lease queue, progress file and writer id.
+
+A worker runs SIMS_PER_WORKER slots against its one model server. Each slot claims, heartbeats and
+releases its own leases (its own `LeaseQueue`, so a stalled slot loses only its own unit), writes
+its own metrics file (`writer_id`: no two writers ever append to one file) and is watched through
+its own progress file. Slot 0's writer id is the worker's id, so one slot is exactly the shape of a
+worker before slots existed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.config.plan import open_queue
+from harness.config.rundir import RunDir
+from harness.queue.leases import LeaseQueue
+from harness.queue.units import Unit
+from harness.worker.model_server_process import ModelServerProcess
+from harness.worker.sim_process import SimProcess
+from harness.worker.worklog import WorkerLog
+
+
+def writer_id(worker_id: str, index: int) -> str:
+    """Slot `index`'s writer id: the worker's own for slot 0, `<worker>-s<index>` for the others."""
+    return worker_id if index == 0 else f"{worker_id}-s{index}"
+
+
+def serve_argv(env: dict[str, str], ready_file: Path) -> list[str]:
+    """The persistent sim process: the sim client in `--serve` mode (job lines on stdin)."""
+    root = Path(env.get("EVAL_ROOT", "."))
+    return [
+        env.get("SIM_PY", sys.executable), str(root / "scripts" / "eval_policy_client.py"), "--serve",
+        "--ready-file", str(ready_file), "--worker-pid", str(os.getpid()),
+    ]  # fmt: skip
+
+
+@dataclass
+class SimSlot:
+    index: int
+    writer_id: str
+    queue: LeaseQueue
+    progress: Path
+    sim: SimProcess
+    log: WorkerLog
+    # (task, task_config) of the units its current process ran: its claims prefer those (affinity)
+    held: set[tuple[str, str]] = field(default_factory=set)
+
+    def holds(self, unit: Unit) -> bool:
+        """True when this slot's sim process already ran `unit`'s task and config."""
+        return (unit.task, unit.task_config) in self.held
+
+    def job(self, run_dir: Path, unit: Unit, seeds: list[int]) -> dict:
+        """The job line of `seeds` of `unit` (harness/episode/simserver.py reads it)."""
+        return {
+            "run_dir": str(run_dir), "scene": unit.scene, "task": unit.task, "seeds": list(seeds),
+            "writer_id": self.writer_id, "progress_file": str(self.progress),
+        }  # fmt: skip
+
+
+def open_slot(
+    run: RunDir, index: int, worker_log: WorkerLog, units: list[Unit], env: dict[str, str],
+    server: ModelServerProcess, tmp: Path,
+) -> SimSlot:  # fmt: skip
+    """Slot `index` of the worker that logs to `worker_log`: its lease queue over `units`, its
+    progress file in `tmp`, its sim process (started at its first unit) dialling `server`."""
+    wid = writer_id(worker_log.worker_id, index)
+    log = worker_log if index == 0 else WorkerLog(wid)
+    held: set[tuple[str, str]] = set()
+
+    def started(pid: int) -> None:
+        held.clear()  # a new process holds nothing yet
+        log(f"sim process pid {pid} started")
+
+    sim = SimProcess(serve_argv(env, server.client_ready_file), env, started)
+    queue = open_queue(run, wid, units)
+    return SimSlot(index, wid, queue, tmp / f"progress-{index}.json", sim, log, held)

@@ -1,0 +1,56 @@
+"""What the worker reads and writes of a unit's records: the seeds still to run, and the errored
+record of an episode it had to kill (counted apart, never as a failure; retried on a later pass)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import UTC, datetime
+from pathlib import Path
+
+from harness.config import knobs
+from harness.config.rundir import RunDir
+from harness.episode.records import RecordSet, append_record, read_tree
+from harness.queue.units import Unit
+
+
+def now_iso() -> str:
+    """The records' finished_at format (ISO 8601 UTC), comparable as strings."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def finished_seeds(records: RecordSet, unit: Unit) -> set[int]:
+    """Seeds of `unit` whose latest record is a result (a policy success or failure), not an error."""
+    return {
+        seed
+        for seed in unit.seeds
+        if (rec := records.records.get((unit.task, unit.task_config, seed))) is not None
+        and rec.get("error") is None
+    }
+
+
+def missing_seeds(result_dir: Path, unit: Unit) -> list[int]:
+    """The seeds still to run: never recorded, or whose latest record is an errored episode."""
+    done = finished_seeds(read_tree(result_dir), unit)
+    return [seed for seed in unit.seeds if seed not in done]
+
+
+def errored_record(unit: Unit, seed: int, error: str, info: dict, worker: str, wall_s: float) -> dict:
+    """The record of an episode the worker had to kill: counted apart, retried on a later pass."""
+    return {
+        "task": unit.task, "scene": unit.scene, "task_config": unit.task_config, "seed": seed,
+        "success": False, "hard_success": False, "error": error, "steps": 0, "wall_s": wall_s,
+        "sim_s": 0.0, "model_s": 0.0, "policy": info.get("policy", knobs.get("POLICY")),
+        "ckpt": info.get("ckpt", ""), "host": socket.gethostname(), "worker": worker, "sim_version": "",
+        "contract": os.environ.get("EVAL_CONTRACT", ""), "video": None,
+        "finished_at": now_iso(),
+    }  # fmt: skip
+
+
+def record_errored(
+    run: RunDir, unit: Unit, seed: int, error: str, info: dict, writer: str, wall_s: float
+) -> None:
+    """Append the errored record of `seed` to the worker's own metrics file of that result dir."""
+    ckpt = info.get("ckpt", "")
+    path = run.metrics_file(unit.task, info["policy"], unit.task_config, ckpt, f"{writer}.worker")
+    append_record(path, errored_record(unit, seed, error, info, writer, wall_s))
