@@ -183,3 +183,21 @@ def test_sigterm_stops_every_slot_and_releases_their_leases(tmp_path: Path) -> N
     records = read_tree(run.results)
     assert records.torn_lines == [] and records.bad_lines == []
     assert log.read_text().count("sim client stopped") == 2
+
+
+def test_sim_slots_are_batched_together_by_their_model_server(tmp_path: Path) -> None:
+    """K slots against one server: while one slow model call runs, the other slots' requests queue
+    and go in the next call together (the server's batch statistics, logged at its stop, say so)."""
+    run = make_run(tmp_path / "run", [("s", f"t{i}") for i in range(4)])
+    env = pool_env(
+        run, SIMS_PER_WORKER="4", SLEEP_POLICY_MS="150", FASTBENCH_STEPS="16", FASTBENCH_STEP_MS="5"
+    )
+    log = tmp_path / "w0.log"
+    assert _run_worker(env, log, timeout=180) == 0, log.read_text()
+    check_finished(run, env, set())
+    server_log = (run.logs / "server-w0.log").read_text()
+    stats = re.findall(r"batch stats: calls=(\d+) items=(\d+) max=(\d+)", server_log)
+    assert stats, "the model server logged no batch statistics"
+    calls, items, largest = map(int, stats[-1])
+    assert items == 4 * 2 * 4  # 4 units x 2 seeds x 4 queries (16 steps, chunks of 4)
+    assert largest > 1 and calls < items, stats[-1]
