@@ -103,7 +103,8 @@ def parse_policy_map(data: Any, source: str, sha256: str = "") -> PolicyMap:
         if not isinstance(data.get(name) or {}, dict):
             raise PolicyMapError(f"{source}: {name}: expected a map")
     optional = {
-        n: None if data.get(n) is None else _key(data[n], f"{source}: {n}") for n in ("proprio", "instruction")
+        n: None if data.get(n) is None else _key(data[n], f"{source}: {n}")
+        for n in ("proprio", "instruction")
     }
     return PolicyMap(
         protocol=protocol, policy=policy, action_dim=dim,
