@@ -130,3 +130,19 @@ def load_policy_map(path: str | Path) -> PolicyMap:
     except yaml.YAMLError as exc:
         raise PolicyMapError(f"{path}: not valid YAML: {exc}") from None
     return parse_policy_map(data, str(path), hashlib.sha256(text.encode()).hexdigest())
+
+
+def get_path(data: Any, key: Key, where: str) -> Any:
+    """The value at `key` in nested maps; a missing key is an error naming it and `where`."""
+    for part in key:
+        if not isinstance(data, dict) or part not in data:
+            raise KeyError(f"{where} has no {'/'.join(key) if len(key) == 1 else list(key)!s}")
+        data = data[part]
+    return data
+
+
+def put_path(data: dict[str, Any], key: Key, value: Any) -> None:
+    """Set `key` (a nested path) in `data`, creating the maps on the way."""
+    for part in key[:-1]:
+        data = data.setdefault(part, {})
+    data[key[-1]] = value
