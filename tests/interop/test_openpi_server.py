@@ -23,8 +23,8 @@ from harness.wire.readyfile import read_ready
 from tests.support.wirekit import (
     NOISY,
     episode,
-    obs,
     model_python,
+    obs,
     running_server,
     start_server_process,
     stop_process,
@@ -127,7 +127,7 @@ def test_mapping_yaml_renames_openpi_keys(tmp_path: Path) -> None:
 def test_errors_come_back_as_a_text_frame_then_close(tmp_path: Path) -> None:
     with openpi_server(tmp_path) as port:
         client = WebsocketClientPolicy(host="127.0.0.1", port=port)
-        with pytest.raises(RuntimeError, match="Error in inference server:\n.*no 'proprio'"):
+        with pytest.raises(RuntimeError, match=r"Error in inference server:\n(?s:.*)no 'proprio'"):
             client.infer({"images": {}})
         with websockets.sync.client.connect(f"ws://127.0.0.1:{port}") as conn:
             msgpack_numpy.unpackb(conn.recv())  # metadata
