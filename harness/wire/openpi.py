@@ -16,6 +16,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from harness.wire import wsconn
 from harness.wire.arrays import ALLOWED_KINDS, from_buffer, parse_dtype, to_wire
 from harness.wire.errors import WireError
 
@@ -70,3 +71,28 @@ def unpackb(body: bytes | bytearray | memoryview, what: str = "frame") -> dict[s
     if not isinstance(msg, dict):
         raise WireError(f"openpi {what} must be a msgpack map, got {type(msg).__name__}")
     return msg
+
+
+class OpenpiConnection:
+    """The client side of one openpi connection: the metadata frame on connect, then `infer` calls."""
+
+    def __init__(self, address: str, *, attempts: int, timeout_s: float, max_size: int) -> None:
+        self.url = wsconn.ws_url(address)
+        self.timeout_s = timeout_s
+        self._ws = wsconn.dial(
+            address, attempts=attempts, open_timeout_s=min(timeout_s, 30.0), max_size=max_size
+        )
+        try:
+            body = wsconn.recv(self._ws, timeout_s, "the metadata frame (is it an openpi server?)")
+            self.metadata = unpackb(body, "metadata frame")
+        except WireError as exc:
+            self.close()
+            raise WireError(f"openpi server {self.url}: {exc}") from None
+
+    def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
+        """One observation → the server's action map. Raises PeerClosed, RemoteError, WireError."""
+        wsconn.send(self._ws, packb(obs), "an observation")
+        return unpackb(wsconn.recv(self._ws, self.timeout_s, "an action reply"), "action frame")
+
+    def close(self) -> None:
+        self._ws.close()

@@ -16,8 +16,9 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from harness.wire import wsconn
 from harness.wire.arrays import from_buffer, to_wire
-from harness.wire.errors import WireError
+from harness.wire.errors import RemoteError, WireError
 
 PROTOCOL_VERSION = 1
 HELLO, OBSERVATION, ACTION = "hello", "observation", "action"
@@ -83,3 +84,60 @@ def unpack_message(body: bytes | bytearray | memoryview) -> tuple[str, Any, int]
 def hello_payload(client: str, version: str, **extra: Any) -> dict[str, Any]:
     """Our HELLO: vla-eval's common fields (`harness_version`, `protocol_version`) + ours."""
     return {"harness_version": f"{client} {version}", "protocol_version": PROTOCOL_VERSION, **extra}
+
+
+class VlaEvalConnection:
+    """The client side of one vla-eval model-server connection (as `vla_eval.connection.Connection`,
+    blocking): HELLO on connect, then EPISODE_START, OBSERVATION → ACTION, EPISODE_END."""
+
+    def __init__(
+        self, address: str, hello: dict[str, Any], *, attempts: int, timeout_s: float, max_size: int
+    ) -> None:
+        self.url = wsconn.ws_url(address)
+        self.timeout_s = timeout_s
+        self._seq = 0
+        self._ws = wsconn.dial(
+            address, attempts=attempts, open_timeout_s=min(timeout_s, 30.0), max_size=max_size
+        )
+        try:
+            seq = self._send(HELLO, hello)
+            kind, payload, _ = unpack_message(
+                wsconn.recv(self._ws, timeout_s, "the HELLO reply (is it a vla-eval model server?)")
+            )
+            if kind != HELLO or not isinstance(payload, dict):
+                raise WireError(f"expected a HELLO reply to seq {seq}, got a {kind!r} frame")
+        except WireError as exc:
+            self.close()
+            raise WireError(f"vla-eval server {self.url}: {exc}") from None
+        self.server_info: dict[str, Any] = payload
+
+    def _send(self, kind: str, payload: dict[str, Any]) -> int:
+        self._seq += 1
+        wsconn.send(self._ws, pack_message(kind, payload, self._seq), f"a {kind.upper()} frame")
+        return self._seq
+
+    def start_episode(self, payload: dict[str, Any]) -> None:
+        self._send(EPISODE_START, payload)
+
+    def end_episode(self, payload: dict[str, Any]) -> None:
+        self._send(EPISODE_END, payload)
+
+    def act(self, obs: dict[str, Any]) -> dict[str, Any]:
+        """OBSERVATION → its ACTION payload; an ERROR frame (for it, or for the episode start)
+        raises RemoteError with the server's text."""
+        seq = self._send(OBSERVATION, obs)
+        while True:
+            kind, payload, got = unpack_message(
+                wsconn.recv(self._ws, self.timeout_s, f"the ACTION for seq {seq}")
+            )
+            if kind == ERROR:
+                text = payload.get("error", payload) if isinstance(payload, dict) else payload
+                raise RemoteError(f"vla-eval server {self.url} answered ERROR: {text!s:.600}")
+            if kind == ACTION and got == seq:
+                if not isinstance(payload, dict):
+                    raise WireError(f"ACTION payload must be a map, got {type(payload).__name__}")
+                return payload
+            # an ACTION for another seq (a late reply of a timed-out request): not ours, skip it
+
+    def close(self) -> None:
+        self._ws.close()
