@@ -5,6 +5,8 @@ the environment. Records go to this writer's own metrics file in the run dir, vi
 Exit 0 when every seed has a record (errored episodes included); 2 when it cannot run at all (bad
 arguments, no model server, spec mismatch); 3 when the connection to the server is lost mid-unit;
 5 (no episode run) when the code it runs is not the code the run's contract hashed.
+With POLICY_SERVER set it talks to that external openpi or vla-eval server (mapping:
+POLICY_SERVER_MAP) instead of the one in --ready-file.
 
 Example:
   $SIM_PY scripts/eval_policy_client.py --run-dir runs/demo --scene table --task PickCube \\
@@ -19,10 +21,12 @@ from pathlib import Path
 
 from harness.config import knobs
 from harness.config.contract import CODE_REFUSED_EXIT, check_code
-from harness.config.failures import run_command
-from harness.config.manifest import ContractMismatch
+from harness.config.failures import Refused, run_command
+from harness.config.manifest import ContractMismatch, load_manifest
+from harness.config.policymap import load_policy_map
 from harness.config.rundir import RunDir
 from harness.episode.bench import load_benchmark
+from harness.episode.external import ExternalPolicyClient
 from harness.episode.simclient import SimClient, SimJob
 from harness.wire.client import PolicyClient
 from harness.wire.errors import PeerClosed, WireError
@@ -46,6 +50,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def external_client(run_dir: Path) -> ExternalPolicyClient:
+    """POLICY_SERVER's client; its metadata must be what the run's contract recorded, if it did."""
+    run = RunDir(run_dir)
+    section = load_manifest(run.root).contract.get("policy_server") if run.manifest.exists() else None
+    expect = section.get("metadata_sha256") if isinstance(section, dict) else None
+    mapping = load_policy_map(knobs.get("POLICY_SERVER_MAP") or "POLICY_SERVER_MAP is not set")
+    return ExternalPolicyClient(knobs.get("POLICY_SERVER"), mapping, expect)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if RunDir(args.run_dir).manifest.exists():
@@ -57,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         bench = load_benchmark(knobs.get("BENCHMARK"))
         wire = {"codec": knobs.get("WIRE_CODEC"), "max_frame": knobs.get_int("WIRE_MAX_FRAME")}
-        if knobs.get_bool("SIM_AS_SERVER"):
+        if knobs.get("POLICY_SERVER"):
+            client: PolicyClient | ExternalPolicyClient = external_client(args.run_dir)
+        elif knobs.get_bool("SIM_AS_SERVER"):
             bind = knobs.get("MODEL_SERVER_BIND")
             client = PolicyClient.listen(args.ready_file, timeout_s=args.connect_timeout, bind=bind, **wire)
         else:
@@ -65,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             client = PolicyClient.from_ready_file(
                 args.ready_file, timeout_s=args.connect_timeout, host=host, **wire
             )
-    except (ValueError, WireError, OSError) as exc:
+    except (ValueError, Refused, WireError, OSError) as exc:
         print(f"eval_policy_client: cannot start: {exc}", file=sys.stderr)
         return 2
     unit = SimJob(
