@@ -83,11 +83,11 @@ class OpenpiConnection:
             address, attempts=attempts, open_timeout_s=min(timeout_s, 30.0), max_size=max_size
         )
         try:
-            body = wsconn.recv(self._ws, timeout_s, "the metadata frame (is it an openpi server?)")
+            body = wsconn.recv(self._ws, timeout_s, "metadata frame")
             self.metadata = unpackb(body, "metadata frame")
         except WireError as exc:
             self.close()
-            raise WireError(f"openpi server {self.url}: {exc}") from None
+            raise WireError(f"openpi server {self.url}: {exc} (is it an openpi server?)") from None
 
     def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
         """One observation → the server's action map. Raises PeerClosed, RemoteError, WireError."""

@@ -101,14 +101,12 @@ class VlaEvalConnection:
         )
         try:
             seq = self._send(HELLO, hello)
-            kind, payload, _ = unpack_message(
-                wsconn.recv(self._ws, timeout_s, "the HELLO reply (is it a vla-eval model server?)")
-            )
+            kind, payload, _ = unpack_message(wsconn.recv(self._ws, timeout_s, "HELLO reply"))
             if kind != HELLO or not isinstance(payload, dict):
                 raise WireError(f"expected a HELLO reply to seq {seq}, got a {kind!r} frame")
         except WireError as exc:
             self.close()
-            raise WireError(f"vla-eval server {self.url}: {exc}") from None
+            raise WireError(f"vla-eval server {self.url}: {exc} (is it a vla-eval model server?)") from None
         self.server_info: dict[str, Any] = payload
 
     def _send(self, kind: str, payload: dict[str, Any]) -> int:

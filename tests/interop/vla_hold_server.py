@@ -5,7 +5,8 @@
 `hold` answers each observation with its `state` (our ee6d proprio), so the robot stays put. The
 other modes misbehave on purpose: `wrong_shape` sends 7 numbers, `int_dtype` integer actions,
 `die_at_3` exits the process at the third observation (a server gone mid-episode), `declare_9`
-declares a 9-D action spec in its HELLO (a spec mismatch).
+declares a 9-D action spec in its HELLO (a spec mismatch). `--args.needs_image false` declares no
+camera input (for the camera-less FastBench).
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ EE6D_ROTATION = DimSpec("rotation", 6, "rot6d")
 
 
 class HoldModelServer(PredictModelServer):
-    def __init__(self, mode: str = "hold") -> None:
+    def __init__(self, mode: str = "hold", needs_image: bool = True) -> None:
         super().__init__()
-        self.mode = mode
+        self.mode, self.needs_image = mode, needs_image
         self.seen = 0
 
     def predict(self, obs: dict, ctx: SessionContext) -> dict:
@@ -44,11 +45,12 @@ class HoldModelServer(PredictModelServer):
 
     def get_action_spec(self) -> dict[str, DimSpec]:
         if self.mode == "declare_9":
-            return {"position": EE6D_POSITION, "rotation": DimSpec("rotation", 5, "rot6d")}
+            return {"position": EE6D_POSITION, "rotation": EE6D_ROTATION}  # no gripper: 9 dims
         return {"position": EE6D_POSITION, "rotation": EE6D_ROTATION, "gripper": GRIPPER_CLOSE_POS}
 
     def get_observation_spec(self) -> dict[str, DimSpec]:
-        return {"image": IMAGE_RGB, "state": RAW, "language": LANGUAGE}
+        spec = {"state": RAW, "language": LANGUAGE}
+        return {"image": IMAGE_RGB, **spec} if self.needs_image else spec
 
 
 if __name__ == "__main__":
