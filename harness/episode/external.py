@@ -15,44 +15,16 @@ the next episode raises PeerClosed, which ends the unit.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from types import TracebackType
 from typing import Any
 
 import numpy as np
 
-from harness.config import knobs
 from harness.config.policymap import PolicyMap, get_path, put_path
+from harness.config.policyserver import metadata_sha256, open_connection, server_metadata
 from harness.wire.errors import PeerClosed, WireError
 from harness.wire.openpi import OpenpiConnection
-from harness.wire.vlaeval import VlaEvalConnection, hello_payload
-
-CLIENT_NAME = "eval-harness"
-
-
-def metadata_sha256(metadata: dict[str, Any]) -> str:
-    """A stable hash of a server's metadata (what the run's contract records)."""
-    text = json.dumps(metadata, sort_keys=True, separators=(",", ":"), default=repr)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def open_connection(policy_map: PolicyMap, address: str) -> OpenpiConnection | VlaEvalConnection:
-    """A new connection to the server, after its handshake (bounded retries, knob timeouts)."""
-    options = {
-        "attempts": knobs.get_int("POLICY_SERVER_RETRIES", minimum=1),
-        "timeout_s": knobs.get_float("POLICY_SERVER_TIMEOUT"),
-        "max_size": knobs.get_int("WIRE_MAX_FRAME"),
-    }
-    if policy_map.protocol == "openpi":
-        return OpenpiConnection(address, **options)
-    return VlaEvalConnection(
-        address, hello_payload(CLIENT_NAME, "1", benchmark=knobs.get("BENCHMARK")), **options
-    )
-
-
-def server_metadata(conn: OpenpiConnection | VlaEvalConnection) -> dict[str, Any]:
-    return conn.metadata if isinstance(conn, OpenpiConnection) else conn.server_info
+from harness.wire.vlaeval import VlaEvalConnection
 
 
 class ExternalPolicyClient:

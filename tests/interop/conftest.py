@@ -92,13 +92,19 @@ class ClientRun:
 
 
 def run_client(
-    tmp_path: Path, server: str, mapping: str, seeds: list[int], task: str = "T", **env: str
+    tmp_path: Path,
+    server: str,
+    mapping: str,
+    seeds: list[int],
+    task: str = "T",
+    run_dir: Path | None = None,
+    **env: str,
 ) -> ClientRun:
     """scripts/eval_policy_client.py with POLICY_SERVER=server (FastBench unless env says otherwise)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     map_file = tmp_path / "map.yaml"
     map_file.write_text(mapping)
-    run_dir = tmp_path / "run"
+    run_dir = run_dir or tmp_path / "run"
     full_env = {
         **os.environ, "PYTHONPATH": str(REPO), "EVAL_ROOT": str(REPO), "POLICY_SERVER": server,
         "POLICY_SERVER_MAP": str(map_file), "BENCHMARK": "tests.support.fastbench:FastBench",

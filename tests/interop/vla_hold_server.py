@@ -48,6 +48,9 @@ class HoldModelServer(PredictModelServer):
             return {"position": EE6D_POSITION, "rotation": EE6D_ROTATION}  # no gripper: 9 dims
         return {"position": EE6D_POSITION, "rotation": EE6D_ROTATION, "gripper": GRIPPER_CLOSE_POS}
 
+    def get_observation_params(self) -> dict:
+        return {"mode": self.mode}  # in the HELLO: each mode is another model to the contract
+
     def get_observation_spec(self) -> dict[str, DimSpec]:
         spec = {"state": RAW, "language": LANGUAGE}
         return {"image": IMAGE_RGB, **spec} if self.needs_image else spec
