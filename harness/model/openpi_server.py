@@ -122,6 +122,7 @@ class OpenpiServer:
         self.ready_file = Path(ready_file)
         self.bind = knobs.get("MODEL_SERVER_BIND") if bind is None else bind
         self.token = run_token(self.bind)
+        self._stop = threading.Event()
         self._slots = threading.BoundedSemaphore(knobs.get_int("MODEL_SERVER_MAX_CONNS", minimum=1))
         try:
             self._server = serve(
@@ -183,10 +184,18 @@ class OpenpiServer:
             info["token"] = self.token
         write_ready(self.ready_file, info)
         log.info("serving %s to openpi clients on %s port %d", self.policy.name, self.bind, self.port)
+        # websockets' shutdown() waits for its serve_forever() to return: never in the same thread
+        # (a signal handler calling shutdown() there would deadlock), so accept in another thread.
+        accepting = threading.Thread(target=self._server.serve_forever, daemon=True)
+        accepting.start()
         try:
-            self._server.serve_forever()
+            while not self._stop.wait(0.5):
+                pass
         finally:
+            self._server.shutdown()
+            accepting.join(10)
             remove_ready(self.ready_file, os.getpid())
 
     def shutdown(self) -> None:
-        self._server.shutdown()
+        """Stop serving (safe from a signal handler): serve_forever closes the connections and returns."""
+        self._stop.set()

@@ -73,6 +73,9 @@ def test_real_openpi_client_against_our_server_in_the_model_env(tmp_path: Path) 
         reply = client.infer({"proprio": pose(1.0), "prompt": "hold still"})
         assert reply["actions"].shape == (30, 10) and reply["actions"].dtype == np.float32
         np.testing.assert_array_equal(reply["actions"], np.tile(pose(1.0), (30, 1)))
+        proc.terminate()  # SIGTERM with a client still connected: a clean, prompt exit
+        assert proc.wait(15) == 0
+        assert not ready.exists()
     finally:
         stop_process(proc)
 
