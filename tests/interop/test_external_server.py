@@ -18,6 +18,7 @@ from tests.support.wirekit import model_python, start_server_process, stop_proce
 CAMERA_MAP = VLA_MAP + "cameras: {base_camera: [images, base_camera]}\nimage_size: 64\n"
 
 
+@pytest.mark.sim
 def test_real_maniskill_episode_against_a_real_vla_eval_server(
     tmp_path: Path, vla_server: Callable[..., str]
 ) -> None:
