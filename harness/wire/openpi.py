@@ -92,7 +92,7 @@ class OpenpiConnection:
     def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
         """One observation → the server's action map. Raises PeerClosed, RemoteError, WireError."""
         wsconn.send(self._ws, packb(obs), "an observation")
-        return unpackb(wsconn.recv(self._ws, self.timeout_s, "an action reply"), "action frame")
+        return unpackb(wsconn.recv(self._ws, self.timeout_s, "action reply"), "action frame")
 
     def close(self) -> None:
         self._ws.close()

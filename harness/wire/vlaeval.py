@@ -126,7 +126,7 @@ class VlaEvalConnection:
         seq = self._send(OBSERVATION, obs)
         while True:
             kind, payload, got = unpack_message(
-                wsconn.recv(self._ws, self.timeout_s, f"the ACTION for seq {seq}")
+                wsconn.recv(self._ws, self.timeout_s, f"ACTION for seq {seq}")
             )
             if kind == ERROR:
                 text = payload.get("error", payload) if isinstance(payload, dict) else payload

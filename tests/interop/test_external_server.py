@@ -10,8 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 from websockets.sync.server import ServerConnection, serve
 
+from harness.config.policymap import parse_policy_map
+from harness.episode.external import ExternalPolicyClient
+from harness.wire.errors import WireError
 from tests.interop.conftest import OPENPI_MAP, VLA_MAP, free_port, run_client
 from tests.support.wirekit import model_python, start_server_process, stop_process, wait_for
 
@@ -112,12 +116,14 @@ def test_a_spec_mismatch_is_refused_before_the_first_episode(
 @pytest.mark.parametrize(
     ("mode", "reason"),
     [("wrong_shape", "action has shape [7], expected [T, 10] or [10]"),
-     ("int_dtype", "action must be a float array, got int64")],
+     ("int_dtype", "action must be a float array, got int64"),
+     ("raise", "answered ERROR: observation_failed: RuntimeError: the model fell over"),
+     ("stall", "no ACTION for seq 3 within 2 s")],
 )  # fmt: skip
 def test_a_bad_action_is_an_errored_episode(
     tmp_path: Path, vla_server: Callable[..., str], mode: str, reason: str
 ) -> None:
-    run = run_client(tmp_path, vla_server(mode), VLA_MAP, [0, 1])
+    run = run_client(tmp_path, vla_server(mode), VLA_MAP, [0, 1], POLICY_SERVER_TIMEOUT="2")
     assert run.rc == 0, run.err
     assert [r["seed"] for r in run.records] == [0, 1]
     assert all(reason in r["error"] and r["success"] is False for r in run.records), run.records
@@ -131,6 +137,17 @@ def test_a_server_gone_mid_episode_errors_that_episode_then_ends_the_unit(
     (record,) = run.records
     assert record["seed"] == 0 and "closed the connection mid-episode" in record["error"]
     assert "is gone: policy server ws://" in run.err and "cannot connect after 2 attempt(s)" in run.err
+
+
+def test_image_size_and_action_dim_mismatches_name_both_values(vla_server: Callable[..., str]) -> None:
+    policy_map = parse_policy_map(yaml.safe_load(CAMERA_MAP), "camera-map")
+    client = ExternalPolicyClient(vla_server("hold", needs_image=True), policy_map)
+    spec = {"action_dim": 20, "cameras": ["base_camera"], "image_size": 128}
+    with client, pytest.raises(WireError) as refused:
+        client.hello(spec)
+    text = str(refused.value)
+    assert "image_size: the map says [64, 64], the sim renders [128, 128]" in text
+    assert "action_dim: the map says 10, the robot takes 20" in text
 
 
 class fake_server:

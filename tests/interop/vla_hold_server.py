@@ -4,7 +4,8 @@
 
 `hold` answers each observation with its `state` (our ee6d proprio), so the robot stays put. The
 other modes misbehave on purpose: `wrong_shape` sends 7 numbers, `int_dtype` integer actions,
-`die_at_3` exits the process at the third observation (a server gone mid-episode), `declare_9`
+`die_at_3` exits the process at the third observation (a server gone mid-episode), `raise`
+raises in predict (vla-eval answers ERROR), `stall` sleeps 30 s (a timeout), `declare_9`
 declares a 9-D action spec in its HELLO (a spec mismatch). `--args.needs_image false` declares no
 camera input (for the camera-less FastBench).
 """
@@ -12,6 +13,7 @@ camera input (for the camera-less FastBench).
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 from vla_eval.model_servers.base import SessionContext
@@ -33,6 +35,10 @@ class HoldModelServer(PredictModelServer):
         self.seen += 1
         if self.mode == "die_at_3" and self.seen == 3:
             os._exit(0)
+        if self.mode == "raise":
+            raise RuntimeError("the model fell over")
+        if self.mode == "stall":
+            time.sleep(30)
         state = np.asarray(obs["state"], dtype=np.float32)
         if self.mode == "wrong_shape":
             return {"actions": state[:7]}
