@@ -151,12 +151,13 @@ def test_image_size_and_action_dim_mismatches_name_both_values(vla_server: Calla
 
 
 class fake_server:
-    """A WebSocket server that sends `metadata_frame` on connect, then nothing."""
+    """A WebSocket server that sends `metadata_frame` on connect, then answers nothing."""
 
     def __init__(self, metadata_frame: bytes) -> None:
         def handler(conn: ServerConnection) -> None:
             conn.send(metadata_frame)
-            time.sleep(5)
+            for _ in conn:  # then silence, until the client leaves
+                pass
 
         self.server = serve(handler, "127.0.0.1", 0)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
