@@ -29,7 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness import knobs  # noqa: E402
+from harness.config import knobs  # noqa: E402
 from harness.config.seedbank import read_bank_file, resolve_root  # noqa: E402
 from harness.episode.bench import load_benchmark  # noqa: E402
 from harness.episode.simclient import SimClient, SimJob  # noqa: E402

@@ -84,6 +84,11 @@ def _check_names(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     """Unknown task/config names fail here, before any process starts."""
     if args.benchmark != "maniskill":
         return
+    if knobs.get("ACTION_CONVENTION").strip() not in ("", "ee6d"):
+        parser.error(
+            f"ACTION_CONVENTION={knobs.get('ACTION_CONVENTION')!r}: seed banks hold ee6d traces "
+            "(what replay plays); precollect with ACTION_CONVENTION empty or ee6d"
+        )
     from harness.episode.bench.maniskill_config import load_table
 
     table = load_table()

@@ -50,6 +50,16 @@ make_env() {  # make_env NAME: requirements/NAME.txt (what we ask for) + NAME.lo
 }
 make_env sim
 make_env model
+# MIKASA-Robo (vla-eval's ManiSkill3 memory tasks, run by tests/episode/test_bench_vlaeval.py) pins
+# mani_skill 3.0.0b15, numpy 1.23.5 and torch 2.2.1 but runs unchanged on the sim env's versions: it is
+# installed without its dependencies, so that pip leaves the simulator's pins alone.
+MIKASA_PIN="mikasa-robo-suite==1.0.0"
+if [ ! -f "$STAMPS/mikasa.$MIKASA_PIN" ]; then
+  log "sim env: $MIKASA_PIN (--no-deps)"
+  "$SIM_PY" -m pip install -q --no-deps "$MIKASA_PIN"
+  rm -f "$STAMPS/mikasa".*
+  touch "$STAMPS/mikasa.$MIKASA_PIN"
+fi
 # Local wheelhouse for SIM_PIN (offline installs on nodes; the pin tests use two sapien builds).
 WHEELHOUSE_PINS=(sapien==3.0.2 sapien==3.0.3 "setuptools<81")
 wh_stamp="$(echo "${WHEELHOUSE_PINS[*]}" | sha256sum | cut -c1-16)"

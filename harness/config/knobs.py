@@ -35,8 +35,9 @@ KNOBS: dict[str, Knob] = {
         Knob("POLICY", "hold", "policy wrapper under policy/<name>/"),
         Knob("CKPT_NAME", "", "checkpoint: a path, or a dir name under $BUNDLE/checkpoints"),
         Knob("POLICY_ARGS", "", "extra `key=value` overrides of deploy_policy.yml, space separated"),
-        Knob("BENCHMARK", "maniskill", "benchmark adapter: `maniskill` or `module:Class`"),
+        Knob("BENCHMARK", "maniskill", "benchmark: `maniskill`, `vla-eval:module:Class` or `module:Class`"),
         Knob("BENCH_CONFIG", "clean", "task config level: clean, clutter3, ..."),
+        Knob("BENCH_PARAMS", "", "vla-eval benchmark constructor parameters: a YAML/JSON mapping"),
         Knob("SEEDS_ROOT", "seeds/maniskill", "seed bank root (relative to $BUNDLE unless absolute)"),
         Knob("USE_EVAL_SEEDS", "1", "1: read <SEEDS_ROOT>/<task>/<task_config>.txt; 0: seeds 0..N-1"),
         Knob("EVAL_TEST_NUM", "10", "seeds per (scene, task) cell: the first N of the bank", False),
@@ -48,6 +49,12 @@ KNOBS: dict[str, Knob] = {
         Knob("ACTION_SMOOTH", "0", "cross-chunk EMA weight alpha (reference models used 0.7)"),
         Knob("SMOOTH_ROT", "1", "1: smooth xyz + rot6d; 0: xyz only (the gripper never)"),
         Knob("FAKE_PROPRIO", "0", "1: proprio = last commanded action instead of the robot state"),
+        Knob(
+            "ACTION_CONVENTION",
+            "",
+            "action convention the sim applies (empty: the benchmark's own; ManiSkill: ee6d, ee_delta, "
+            "joint_pos); gripper +1 open, -1 closed",
+        ),
         # rendering
         Knob("RENDER_SHADER", "default", "SAPIEN shader pack (default, rt, rt-fast, minimal)"),
         Knob("RT_SPP", "1", "ray-tracing samples per pixel (only for rt shaders)"),
@@ -82,6 +89,18 @@ KNOBS: dict[str, Knob] = {
             "MODEL_SERVER_HELLO_TIMEOUT",
             "30",
             "seconds a new model server connection has for a successful hello before it is closed",
+            False,
+        ),
+        Knob(
+            "MODEL_MAX_BATCH",
+            "0",
+            "cap on requests per model call (0: the wrapper's `max_batch`; 1: unbatched)",
+            False,
+        ),
+        Knob(
+            "MODEL_BATCH_WAIT_MS",
+            "5",
+            "longest a batch waits for sessions expected to join it (0 to 1000 ms)",
             False,
         ),
         Knob("SIM_AS_SERVER", "0", "1: the sim side listens and the model side connects", False),

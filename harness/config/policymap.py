@@ -15,6 +15,8 @@ vla-eval's `[images, agentview]`). Example (openpi, LIBERO-style keys):
     proprio: observation/state
     instruction: prompt
     action: actions           # reply key of the chunk [T, action_dim] (or one action [action_dim])
+    action_convention: ee6d   # what the actions mean (harness.episode.bench.conventions); must be
+                              # the sim's ACTION_CONVENTION: checked at hello
     expect: {}                # metadata entries the server must announce (its hello), checked
     action_spec: {}           # vla-eval: component -> format the server must declare, checked
 
@@ -37,7 +39,7 @@ PROTOCOLS = ("openpi", "vla-eval")
 Key = tuple[str, ...]  # a path into a nested map; a flat key is a path of one
 _FIELDS = {
     "protocol", "policy", "ckpt", "action_dim", "cameras", "image_size", "proprio", "instruction",
-    "action", "expect", "action_spec",
+    "action", "action_convention", "expect", "action_spec",
 }  # fmt: skip
 
 
@@ -56,6 +58,7 @@ class PolicyMap:
     instruction: Key | None
     action: Key
     ckpt: str = ""
+    action_convention: str = "ee6d"
     expect: dict[str, Any] = field(default_factory=dict)
     action_spec: dict[str, str] = field(default_factory=dict)
     source: str = ""  # the file it came from, for messages
@@ -112,7 +115,8 @@ def parse_policy_map(data: Any, source: str, sha256: str = "") -> PolicyMap:
         image_size=_size(data.get("image_size"), f"{source}: image_size"),
         proprio=optional["proprio"], instruction=optional["instruction"],
         action=_key(data.get("action", "actions"), f"{source}: action"),
-        ckpt=str(data.get("ckpt") or ""), expect=dict(data.get("expect") or {}),
+        ckpt=str(data.get("ckpt") or ""), action_convention=str(data.get("action_convention") or "ee6d"),
+        expect=dict(data.get("expect") or {}),
         action_spec={str(k): str(v) for k, v in (data.get("action_spec") or {}).items()},
         source=source, sha256=sha256,
     )  # fmt: skip

@@ -13,6 +13,7 @@ is left as the policy produced it. It lives here, not in wrappers, so every poli
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +54,8 @@ class ChunkRunner:
     alpha: float = 0.0
     smooth_rot: bool = True
     fake_proprio: bool = False
+    # the dims the EMA touches, given SMOOTH_ROT (an episode's `smoothed_dims`); None: ee6d's
+    smoothed: Callable[[bool], np.ndarray] | None = None
     _last: np.ndarray | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -62,13 +65,17 @@ class ChunkRunner:
             )
         if not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"ACTION_SMOOTH={self.alpha}: expected 0 <= alpha <= 1")
-        self._dims = smoothed_dims(self.action_dim, self.smooth_rot)
+        if self.smoothed is None:
+            self._dims = smoothed_dims(self.action_dim, self.smooth_rot)
+        else:
+            self._dims = self.smoothed(self.smooth_rot)
 
     @classmethod
-    def from_knobs(cls, action_dim: int) -> ChunkRunner:
+    def from_knobs(cls, action_dim: int, smoothed: Callable[[bool], np.ndarray] | None = None) -> ChunkRunner:
         """A runner configured from EXEC_ACTIONS, ACTION_SMOOTH, SMOOTH_ROT and FAKE_PROPRIO."""
         return cls(
             action_dim=action_dim,
+            smoothed=smoothed,
             exec_actions=knobs.get_int("EXEC_ACTIONS"),
             alpha=knobs.get_float("ACTION_SMOOTH"),
             smooth_rot=knobs.get_bool("SMOOTH_ROT"),

@@ -67,6 +67,11 @@ class ExternalPolicyClient:
             problems.append(
                 f"action_dim: the map says {self.map.action_dim}, the robot takes {spec['action_dim']}"
             )
+        if "action" in spec and spec["action"] != self.map.action_convention:
+            problems.append(
+                f"action convention: the map says the server emits {self.map.action_convention}, "
+                f"the sim applies {spec['action']} (ACTION_CONVENTION)"
+            )
         offered = spec.get("cameras")
         missing = [cam for cam in self.map.cameras if offered is not None and cam not in offered]
         if missing:

@@ -30,6 +30,7 @@ from harness.wire.client import PolicyClient
 from harness.wire.errors import PeerClosed, WireError
 
 ERROR_TEXT_MAX = 300
+PROGRESS_EVERY_S = 0.5  # a step's progress write is skipped within this long of the last (a new seed never)
 
 
 @dataclass
@@ -63,6 +64,7 @@ class SimClient:
         self.record_video = knobs.get_bool("RECORD_VIDEO")
         self.server_spec: dict[str, Any] | None = None
         self.notes: list[str] = []  # things to report that do not change a record (a lost video)
+        self._progress_at = float("-inf")
 
     def run(self, report: Any = print) -> list[dict[str, Any]]:
         records = []
@@ -124,7 +126,7 @@ class SimClient:
     def _episode(
         self, episode: Episode, seed: int, timing: Timing, video: VideoWriter | None
     ) -> tuple[int, bool]:
-        runner = ChunkRunner.from_knobs(episode.action_dim)
+        runner = ChunkRunner.from_knobs(episode.action_dim, getattr(episode, "smoothed_dims", None))
         self.client.reset(self.job.task, self.task_config, episode.instruction, seed)
         if video is not None:
             video.add(episode.video_frame())
@@ -189,9 +191,14 @@ class SimClient:
         )
 
     def _progress(self, seed: int, step: int) -> None:
+        """Replace the progress file the worker watches for stalls. A write and a rename cost ~0.35 ms,
+        a percent of a step, so step updates are throttled to PROGRESS_EVERY_S (the stall timeout is
+        minutes); an episode's start (step 0) is always written, it names the seed that is running."""
         path = self.job.progress_file
-        if path is None:
+        now = time.monotonic()
+        if path is None or (step and now - self._progress_at < PROGRESS_EVERY_S):
             return
+        self._progress_at = now
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps({"seed": int(seed), "step": int(step)}))
         tmp.replace(path)

@@ -17,6 +17,10 @@ from typing import Any
 import numpy as np
 
 FPS = 20  # ManiSkill's control frequency: one frame per control step plays at real time
+# x264 `veryfast` on one thread: measured on real 224x224 episode frames, 0.63 ms of CPU a frame against
+# 1.43 ms for the default preset (threads auto), and a smaller file; the encoder shares the node's
+# cores with the simulator, so its CPU is taken from the episode loop.
+ENCODER_PARAMS = ["-preset", "veryfast", "-threads", "1"]
 _END = None
 
 
@@ -43,8 +47,9 @@ class VideoWriter:
         gen: Any = None
         try:
             gen = imageio_ffmpeg.write_frames(
-                str(self._tmp), (width, height), fps=FPS, macro_block_size=1, ffmpeg_log_level="error"
-            )
+                str(self._tmp), (width, height), fps=FPS, macro_block_size=1, ffmpeg_log_level="error",
+                output_params=ENCODER_PARAMS,
+            )  # fmt: skip
             gen.send(None)
             while (frame := self._frames.get()) is not _END:
                 gen.send(frame)

@@ -16,11 +16,14 @@ from harness.config.manifest import Manifest, ManifestError
 from harness.config.paths import bundle_root, resolve_checkpoint
 from harness.config.rundir import read_queue
 from harness.episode.bench import load_benchmark
-from harness.model.policyload import PolicyError, policy_dir
+from harness.model.policyload import PolicyError, policy_dir, stated_conventions
+from harness.wire.errors import WireError
+from harness.wire.protocol import check_specs
 
 
 def check_runnable(queue_file: Path | str, env: Mapping[str, str] = os.environ) -> None:
-    """Refuse a policy, task or config that no worker could ever run (ManifestError names it)."""
+    """Refuse a policy, task, config or action convention that no worker could ever run (ManifestError
+    names it)."""
     knobs = contract_knobs(env)
     try:
         get_choice("QUEUE_MODE", QUEUE_MODES, env)
@@ -33,7 +36,11 @@ def check_runnable(queue_file: Path | str, env: Mapping[str, str] = os.environ) 
         bench = load_benchmark(knobs["BENCHMARK"])
         for cell in read_queue(Path(queue_file)):
             bench.check(cell.task, knobs["BENCH_CONFIG"])
-    except (PolicyError, ValueError) as exc:
+        applies = getattr(bench, "action_convention", None)  # the hello checks it again, per connection
+        if applies is not None:
+            emits = stated_conventions(knobs["POLICY"], knobs["POLICY_ARGS"].split())
+            check_specs({"action": emits}, {"action": applies})
+    except (PolicyError, ValueError, WireError) as exc:
         raise ManifestError(str(exc)) from None
 
 

@@ -7,8 +7,9 @@ by an action map; on an error the server sends the reason as a text frame and cl
 (`WebsocketClientPolicy` raises it as `RuntimeError("Error in inference server: ...")`).
 `GET /healthz` answers 200. openpi has no episode message, so: an observation
 `{"__ctrl__": "episode_start", "__task__": ..., "__episode_id__": <seed>}` (the extension some
-openpi forks send) starts an episode (answered `{"__ack__": "episode_start"}`); otherwise a
-connection's first observation starts one with seed 0. The step counter of the seeding runs per
+openpi forks send; `__task_config__` too, ours) starts an episode seeded as a native one
+(answered `{"__ack__": "episode_start"}`); otherwise a connection's first observation starts one
+with seed 0. The step counter of the seeding runs per
 episode. Observations use our key names (`images.<camera>`, `proprio`, `instruction`, or openpi's
 `prompt`) unless MODEL_SERVER_MAP names a mapping YAML (harness.config.policymap) saying which
 openpi keys carry them; the reply is `{"actions": [chunk_len, action_dim] float32}` (or the map's
@@ -88,13 +89,14 @@ class OpenpiConnection:
         obs = openpi.unpackb(body, "observation frame")
         ctrl = obs.get("__ctrl__")
         if ctrl == "episode_start":
-            self._start(str(obs.get("__task__", "")), obs.get("__episode_id__", 0), "")
+            task, config = str(obs.get("__task__", "")), str(obs.get("__task_config__", ""))
+            self._start(task, config, obs.get("__episode_id__", 0), "")
             return {"__ack__": "episode_start"}
         if ctrl is not None:
             return {"__ack__": "episode_end" if ctrl == "episode_end" else "ignored"}
         wire_obs = to_wire_obs(obs, self.policy_map)
         if self.session.episode is None:
-            self._start("", 0, str(wire_obs.get("instruction", "")))
+            self._start("", "", 0, str(wire_obs.get("instruction", "")))
         reply = self.session.handle(protocol.infer(wire_obs, self.step))
         self.step += 1
         key = ("actions",) if self.policy_map is None else self.policy_map.action
@@ -102,10 +104,10 @@ class OpenpiConnection:
         put_path(out, key, np.asarray(reply["actions"], dtype=np.float32))
         return out
 
-    def _start(self, task: str, seed: Any, instruction: str) -> None:
+    def _start(self, task: str, task_config: str, seed: Any, instruction: str) -> None:
         if type(seed) is not int:
             raise WireError(f"episode_start: __episode_id__ must be an integer seed, got {seed!r:.40}")
-        self.session.handle(protocol.reset(task, "", instruction, seed))
+        self.session.handle(protocol.reset(task, task_config, instruction, seed))
         self.step = 0
 
 
@@ -174,6 +176,8 @@ class OpenpiServer:
                 conn.close(CloseCode.INTERNAL_ERROR, "Internal server error. Reason in previous frame.")
             except ConnectionClosed:
                 pass
+        finally:
+            client.session.close()  # the batcher stops waiting for this connection's requests
 
     def serve_forever(self) -> None:
         info: dict[str, Any] = {

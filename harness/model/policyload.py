@@ -7,13 +7,14 @@ arguments of `model.generate_actions(...)`, which returns [B, num_actions, actio
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
+import inspect
+import logging
 import os
-import random
 import re
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -22,8 +23,16 @@ from typing import Any
 import numpy as np
 import yaml
 
+from harness.config import knobs
 from harness.config.failures import Refused
 from harness.config.paths import CODE_ROOT, resolve_checkpoint
+from harness.model.batcher import Batcher, Member
+from harness.model.collate import collate
+from harness.model.seeding import rng_seed, seed_global_rngs
+
+log = logging.getLogger("model_server")
+
+MAX_BATCH_WAIT_MS = 1000  # a longer bound would only hide a stalled sim behind every batch
 
 
 class PolicyError(Refused):
@@ -54,37 +63,115 @@ def parse_override(item: str) -> tuple[str, Any]:
         raise PolicyError(f"override {item!r}: value is not valid YAML: {exc}") from None
 
 
-def episode_seed(seed: int, step: int) -> int:
-    """A 32-bit RNG seed from (episode seed, step): the same request gives the same draw in any order."""
-    return int.from_bytes(hashlib.blake2b(f"{seed}:{step}".encode(), digest_size=4).digest(), "big")
+@dataclass
+class Request:
+    """One session's infer, as the batcher carries it: the observation, or (batched form) the
+    `encode_obs` output already made in the session's thread; its RNG seed; its session's state."""
+
+    obs: dict[str, Any] | None
+    inputs: dict[str, Any] | None
+    rng_seed: int
+    state: Any
 
 
 @dataclass
 class LoadedPolicy:
+    """A loaded wrapper. `batched` (the yml declares `max_batch`) picks the call form: batched, every
+    call gets the collated inputs of up to `max_batch` requests (+ `rng_seeds`, `states` when
+    `generate_actions` names them); else today's form, one request, global RNGs seeded per request.
+    `stateful` (the module defines `init_state`): each session holds a state object that `encode_obs`
+    and `reset_model` receive as a second argument."""
+
     name: str
     ckpt: str
     module: ModuleType
     model: Any
     usr_args: dict[str, Any]
     spec: dict[str, Any]
-    # One model call at a time: the RNG seeding below is global state, and one device serves all.
+    max_batch: int = 1
+    batched: bool = False
+    max_wait_s: float = 0.0
+    # One model call at a time (a batch is one call), and no reset_model during one.
     lock: threading.Lock = field(default_factory=threading.Lock)
+    batcher: Batcher = field(init=False)
 
-    def reset(self) -> None:
+    def __post_init__(self) -> None:
+        self.stateful = callable(getattr(self.module, "init_state", None))
+        params = inspect.signature(self.model.generate_actions).parameters
+        self._takes = {name for name in ("rng_seeds", "states") if name in params}
+        self.batcher = Batcher(self._run, self.max_batch if self.batched else 1, self.max_wait_s)
+        self._direct = self.batcher.join()  # act() without a session: never waited for
+
+    def new_state(self) -> Any:
+        """A fresh per-session state (None for a stateless wrapper)."""
+        return self.module.init_state(self.model) if self.stateful else None
+
+    def reset(self, state: Any = None) -> None:
+        """A session's episode starts: its own state is reset (no lock: no call holds it now), or,
+        for a stateless wrapper, the shared model, between calls."""
+        if self.stateful:
+            self.module.reset_model(self.model, state)
+            return
         with self.lock:
             self.module.reset_model(self.model)
 
-    def act(self, obs: dict[str, Any], seed: int, step: int) -> np.ndarray:
-        """The action chunk [num_actions, action_dim] float32 for one observation."""
-        with self.lock:
-            _seed_rngs(episode_seed(seed, step))
-            inputs = self.module.encode_obs(obs)
-            if not isinstance(inputs, dict):
-                raise PolicyError(f"{self.name}.encode_obs must return a dict of generate_actions kwargs")
-            out = self.model.generate_actions(**inputs)
-        return self._check(out)
+    def act(
+        self, obs: dict[str, Any], seed: int, step: int, state: Any = None, member: Member | None = None
+    ) -> np.ndarray:
+        """The action chunk [num_actions, action_dim] float32 for one observation, batched with
+        other members' requests. The RNG seed's task and task_config come from obs["episode"]."""
+        ep = obs.get("episode") or {}
+        key = rng_seed(str(ep.get("task", "")), str(ep.get("task_config", "")), seed, step)
+        if self.batched:  # encode here, in the session's thread, while the model serves others
+            request = Request(None, self._encode(obs, state), key, state)
+        else:
+            request = Request(obs, None, key, state)
+        return self.batcher.submit(member or self._direct, request)
 
-    def _check(self, out: Any) -> np.ndarray:
+    def _encode(self, obs: dict[str, Any], state: Any) -> dict[str, Any]:
+        inputs = self.module.encode_obs(obs, state) if self.stateful else self.module.encode_obs(obs)
+        if not isinstance(inputs, dict):
+            raise PolicyError(f"{self.name}.encode_obs must return a dict of generate_actions kwargs")
+        return inputs
+
+    def _run(self, requests: list[Request]) -> list[np.ndarray | Exception]:
+        """One model call for `requests` (the batcher's runner): one chunk, or error, per request.
+
+        A batch whose call raises is run again one request at a time, so a request that breaks the
+        call (a missing trace, odd shapes) fails only itself; a contract breach (wrong shape or batch
+        size) is not retried: it is the wrapper's bug, and every request in the call is told so."""
+        with self.lock:
+            if not self.batched:
+                (request,) = requests
+                seed_global_rngs(request.rng_seed)
+                out = self.model.generate_actions(**self._encode(request.obs or {}, request.state))
+                return [self._check(out, None)[0]]
+            try:
+                out = self._call(requests)
+            except Exception as exc:
+                if len(requests) == 1:
+                    raise
+                _log_retry(self.name, len(requests), exc)
+                return [self._alone(r) for r in requests]
+        return self._check(out, len(requests))
+
+    def _call(self, requests: list[Request]) -> Any:
+        kwargs = collate([r.inputs or {} for r in requests], self.name)
+        if "rng_seeds" in self._takes:
+            kwargs["rng_seeds"] = [r.rng_seed for r in requests]
+        if "states" in self._takes:
+            kwargs["states"] = [r.state for r in requests]
+        return self.model.generate_actions(**kwargs)
+
+    def _alone(self, request: Request) -> np.ndarray | Exception:
+        try:
+            return self._check(self._call([request]), 1)[0]
+        except Exception as exc:
+            return exc
+
+    def _check(self, out: Any, batch: int | None) -> list[np.ndarray | Exception]:
+        """Per request its chunk, or a PolicyError for a non-finite one; a batch of the wrong shape
+        or size is a PolicyError for all (raised). `batch` None: today's form, the first row counts."""
         if hasattr(out, "detach"):
             out = out.detach().float().cpu().numpy()
         arr = np.asarray(out, dtype=np.float32)
@@ -93,27 +180,40 @@ class LoadedPolicy:
             raise PolicyError(
                 f"{self.name}.generate_actions returned shape {arr.shape}, expected [B, *{want}]"
             )
-        if not np.all(np.isfinite(arr[0])):
-            raise PolicyError(f"{self.name}.generate_actions returned non-finite actions")
-        return arr[0]
+        if batch is not None and arr.shape[0] != batch:
+            raise PolicyError(
+                f"{self.name}.generate_actions returned a batch of {arr.shape[0]} chunks "
+                f"for {batch} requests (shape {arr.shape})"
+            )
+        rows = arr[:1] if batch is None else arr
+        return [  # copies: a reply is encoded after the call, when the wrapper may reuse its buffer
+            row.copy()
+            if np.all(np.isfinite(row))
+            else PolicyError(f"{self.name}.generate_actions returned non-finite actions")
+            for row in rows
+        ]
 
 
-def _seed_rngs(value: int) -> None:
-    random.seed(value)
-    np.random.seed(value)
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.manual_seed(value)
+_retry_logged = [0.0]  # when a retried batch was last logged (at most one line a minute)
+
+
+def _log_retry(policy: str, size: int, exc: Exception) -> None:
+    now = time.monotonic()
+    if now >= _retry_logged[0]:
+        _retry_logged[0] = now + 60.0
+        log.warning(
+            "%s: a batch of %d failed (%s: %s); running its requests one at a time",
+            policy,
+            size,
+            type(exc).__name__,
+            exc,
+        )
 
 
 def load_policy(name: str, ckpt: str = "", overrides: list[str] | None = None) -> LoadedPolicy:
     """Import the wrapper and call get_model once with the yml + overrides + ckpt_path."""
     directory = policy_dir(name)
-    yml = directory / "deploy_policy.yml"
-    usr_args = (yaml.safe_load(yml.read_text()) if yml.is_file() else None) or {}
-    if not isinstance(usr_args, dict):
-        raise PolicyError(f"{yml}: expected a mapping of settings")
-    usr_args.update(parse_override(item) for item in overrides or [])
+    yml, usr_args = _settings(directory, overrides)
     ckpt_path = resolve_checkpoint(ckpt)
     if ckpt and ckpt_path is None:
         raise PolicyError(f"checkpoint {ckpt!r}: neither a path nor a directory under $BUNDLE/checkpoints")
@@ -136,7 +236,64 @@ def load_policy(name: str, ckpt: str = "", overrides: list[str] | None = None) -
     }
     if usr_args.get("image_size") is not None:
         spec["image_size"] = usr_args["image_size"]
-    return LoadedPolicy(directory.name, spec["ckpt"], module, model, usr_args, spec)
+    spec["action"] = _action_conventions(usr_args.get("action_convention"), yml)
+    max_batch, max_wait_s = batch_settings(usr_args, yml)
+    return LoadedPolicy(
+        directory.name,
+        spec["ckpt"],
+        module,
+        model,
+        usr_args,
+        spec,
+        max_batch=max_batch or 1,
+        batched=max_batch is not None,
+        max_wait_s=max_wait_s,
+    )
+
+
+def batch_settings(usr_args: dict[str, Any], yml: Path) -> tuple[int | None, float]:
+    """(the wrapper's max_batch capped by MODEL_MAX_BATCH, or None when it declares none; the wait
+    bound in seconds), each checked with an error that names the setting or knob."""
+    declared = usr_args.get("max_batch")
+    if declared is not None and (not isinstance(declared, int) or isinstance(declared, bool) or declared < 1):
+        raise PolicyError(
+            f"policy {yml.parent.name}: setting 'max_batch' must be an integer >= 1 "
+            f"in {yml} or --set, got {declared!r}"
+        )
+    try:
+        cap = knobs.get_int("MODEL_MAX_BATCH", minimum=0)
+        wait_ms = knobs.get_float("MODEL_BATCH_WAIT_MS")
+    except ValueError as exc:
+        raise PolicyError(str(exc)) from None
+    if not 0 <= wait_ms <= MAX_BATCH_WAIT_MS:
+        raise PolicyError(f"knob MODEL_BATCH_WAIT_MS={wait_ms:g}: expected 0 to {MAX_BATCH_WAIT_MS} ms")
+    if declared is not None and cap:
+        declared = min(declared, cap)
+    return declared, wait_ms / 1000
+
+
+def _settings(directory: Path, overrides: list[str] | None) -> tuple[Path, dict[str, Any]]:
+    """The wrapper's deploy_policy.yml settings with `overrides` applied (and the yml's path)."""
+    yml = directory / "deploy_policy.yml"
+    usr_args = (yaml.safe_load(yml.read_text()) if yml.is_file() else None) or {}
+    if not isinstance(usr_args, dict):
+        raise PolicyError(f"{yml}: expected a mapping of settings")
+    usr_args.update(parse_override(item) for item in overrides or [])
+    return yml, usr_args
+
+
+def stated_conventions(name: str, overrides: list[str] | None = None) -> list[str]:
+    """The action conventions wrapper `name` states it emits (yml + overrides), without loading it."""
+    yml, usr_args = _settings(policy_dir(name), overrides)
+    return _action_conventions(usr_args.get("action_convention"), yml)
+
+
+def _action_conventions(value: Any, yml: Path) -> list[str]:
+    """The conventions a wrapper's actions are in (`action_convention`: a name or a list; default ee6d)."""
+    names = ["ee6d"] if value is None else [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        raise PolicyError(f"{yml}: action_convention must be a convention name or a list, got {value!r}")
+    return names
 
 
 def _import(directory: Path) -> ModuleType:
@@ -145,6 +302,7 @@ def _import(directory: Path) -> ModuleType:
     if spec is None or spec.loader is None:
         raise PolicyError(f"cannot import {file}")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # as a normal import would: dataclasses and pickle look it up
     spec.loader.exec_module(module)
     for attr in ("get_model", "encode_obs", "reset_model"):
         if not callable(getattr(module, attr, None)):

@@ -1,8 +1,10 @@
 """The persistent model server: loads a policy once and serves many sim clients at once.
 
-One thread per connection, each with its own `Session` (episode state), so a reset on one
-connection never touches another; model calls go through `LoadedPolicy`'s lock and are seeded from
-(episode seed, step), so answers do not depend on how requests from different clients interleave.
+One thread per connection, each with its own `Session` (episode state, the wrapper's per-session
+state), so a reset on one connection never touches another; the sessions' requests are batched into
+one model call (`harness.model.batcher`), each seeded from (task, task_config, episode seed, step),
+so answers do not depend on how requests from different clients interleave or are grouped. Batch
+statistics: a `{"type": "ping", "stats": true}` request, and a `batch stats:` log line.
 A bad request gets an `error` reply and the connection lives on; a broken stream (oversize frame,
 mid-frame disconnect or stall, wrong token) drops that one connection, and so does anything but a
 hello with the token before one on a token-protected server. The server itself only stops on
@@ -135,6 +137,7 @@ def serve_connection(
     except (WireError, OSError) as exc:
         log.info("connection dropped: %s", exc)
     finally:
+        session.close()
         conn.close()
 
 
@@ -221,6 +224,7 @@ class ModelServer:
         finally:
             self._listener.close()
             remove_ready(self.ready_file, os.getpid())
+            log.info("batch stats: %s", self.policy.batcher.stats().line())
 
     def _admit(self, conn: socket.socket, peer: Any) -> None:
         """Serve `conn` in its own thread if a slot is free; else tell it so and close it."""

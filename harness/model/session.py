@@ -7,6 +7,11 @@ answered, logged in one throttled line. `PolicyFailed` wraps an exception the po
 well-formed request: answered, and the only failure logged with its traceback. `Drop` ends the
 connection after its error reply. A token-protected server (`token` set) is `locked` until a hello
 with the token: it answers nothing else before that, so an anonymous peer learns nothing.
+
+Every session of one `LoadedPolicy` shares its batcher (`harness.model.batcher`): `handle` blocks
+until the batched model call that carries its request is done. A front end calls `close()` when
+its connection ends. The session holds the wrapper's per-session state (`init_state`), so one
+session's reset or history never touches another's.
 """
 
 from __future__ import annotations
@@ -51,6 +56,12 @@ class Session:
         self.pending_codec: Codec | None = None  # switched to after the hello reply went out in JSON
         self.greeted = False
         self.episode: Episode | None = None
+        self.state: Any = None  # the wrapper's per-session state (made at the first reset)
+        self.member = policy.batcher.join()
+
+    def close(self) -> None:
+        """The connection is gone: the batcher stops expecting this session's requests."""
+        self.policy.batcher.leave(self.member)
 
     @property
     def locked(self) -> bool:
@@ -63,7 +74,9 @@ class Session:
         kind = protocol.check_request(msg)
         if kind == "hello":
             return self._hello(msg)
-        if kind == "ping":
+        if kind == "ping":  # {"type": "ping", "stats": true} also gets the batch statistics
+            if msg.get("stats") is True:
+                return {"type": "ping", "stats": self.policy.batcher.stats().as_dict()}
             return {"type": "ping"}
         if not self.greeted:
             raise WireError(f"{kind} before hello: send a hello first")
@@ -97,7 +110,10 @@ class Session:
 
     def _reset(self, msg: dict[str, Any]) -> dict[str, Any]:
         self.episode = Episode(msg["task"], msg["task_config"], msg["instruction"], msg["seed"])
-        _policy(self.policy.reset)
+        if self.state is None:
+            self.state = _policy(self.policy.new_state)
+        _policy(self.policy.reset, self.state)
+        self.policy.batcher.start_episode(self.member)
         return {"type": "reset"}
 
     def _infer(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -107,7 +123,8 @@ class Session:
         obs = dict(msg["obs"])
         obs.setdefault("instruction", ep.instruction)
         obs["episode"] = {"task": ep.task, "task_config": ep.task_config, "seed": ep.seed, "step": step}
-        return {"type": "infer", "actions": _policy(self.policy.act, obs, ep.seed, step)}
+        actions = _policy(self.policy.act, obs, ep.seed, step, self.state, self.member)
+        return {"type": "infer", "actions": actions}
 
 
 def _policy(call: Callable[..., T], *args: Any) -> T:

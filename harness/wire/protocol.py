@@ -87,6 +87,7 @@ def check_specs(server: dict[str, Any], client: dict[str, Any]) -> None:
         problems.append(
             f"action_dim: policy produces {server['action_dim']}, robot takes {client['action_dim']}"
         )
+    problems.extend(_convention_problems(server, client))
     wanted = list(server.get("cameras") or [])
     offered = client.get("cameras")
     if wanted and offered is not None:
@@ -98,6 +99,20 @@ def check_specs(server: dict[str, Any], client: dict[str, Any]) -> None:
         problems.append(f"image_size: policy wants {s_size}, sim renders {c_size}")
     if problems:
         raise WireError("spec mismatch: " + "; ".join(problems))
+
+
+def _convention_problems(server: dict[str, Any], client: dict[str, Any]) -> list[str]:
+    """The sim's action convention (`action`) must be one the policy states it emits (a name or list)."""
+    emits, applies = server.get("action"), client.get("action")
+    if emits is None or applies is None:
+        return []
+    emitted = [emits] if isinstance(emits, str) else list(emits)
+    if applies in emitted:
+        return []
+    return [
+        f"action convention: policy emits {emitted} (action_convention in its deploy_policy.yml), "
+        f"sim applies {applies!r} (ACTION_CONVENTION)"
+    ]
 
 
 def _size(value: Any) -> tuple[int, int]:

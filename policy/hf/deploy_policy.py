@@ -54,11 +54,16 @@ class HFPolicy:
 
     @torch.no_grad()
     def generate_actions(
-        self, instruction: str, image_input: torch.Tensor, proprio: torch.Tensor
+        self,
+        instruction: list[str],
+        image_input: torch.Tensor,
+        proprio: torch.Tensor,
+        rng_seeds: list[int],
     ) -> torch.Tensor:
-        """[1, num_actions, action_dim]: proprio + scale · head(features) (+ seeded noise)."""
+        """[B, num_actions, action_dim]: proprio + scale · head(features) (+ noise seeded per request)."""
+        batch = len(instruction)
         tokens = self.tokenizer(
-            [instruction], return_tensors="pt", truncation=True, max_length=self.max_length
+            list(instruction), return_tensors="pt", truncation=True, max_length=self.max_length, padding=True
         )
         ids = tokens["input_ids"].to(self.device)
         mask = tokens["attention_mask"].to(self.device)
@@ -68,15 +73,17 @@ class HFPolicy:
         colour = (
             image.mean(dim=(1, 3, 4))
             if image.shape[1]
-            else torch.zeros(1, IMAGE_FEATURES, device=self.device)
+            else torch.zeros(batch, IMAGE_FEATURES, device=self.device)
         )
         proprio = proprio.to(self.device)
         delta = self.head(torch.cat([text, colour, proprio], dim=-1)).view(
-            1, self.num_actions, self.action_dim
+            batch, self.num_actions, self.action_dim
         )
         actions = proprio[:, None, :] + self.scale * delta
-        if self.noise_std > 0:
-            actions = actions + self.noise_std * torch.randn(actions.shape).to(self.device)
+        if self.noise_std > 0:  # one generator per request: its draw never depends on the batch
+            shape = (self.num_actions, self.action_dim)
+            noise = [torch.randn(shape, generator=torch.Generator().manual_seed(s)) for s in rng_seeds]
+            actions = actions + self.noise_std * torch.stack(noise).to(self.device)
         return actions
 
 
@@ -85,7 +92,8 @@ def get_model(usr_args: dict[str, Any]) -> HFPolicy:
 
 
 def encode_obs(obs: dict[str, Any]) -> dict[str, Any]:
-    """Wire observation → generate_actions inputs: images [1, V, 3, H, W] in [0, 1], proprio [1, D]."""
+    """Wire observation → one request's inputs: images [1, V, 3, H, W] in [0, 1], proprio [1, D]
+    (the server concatenates requests along the first axis; the instruction becomes a list)."""
     images = [np.asarray(img) for img in (obs.get("images") or {}).values()]
     if len({img.shape for img in images}) > 1:
         raise ValueError(f"hf: cameras differ in image shape {[img.shape for img in images]}")

@@ -17,13 +17,13 @@ class HoldModel:
         self.num_actions = num_actions
 
     def generate_actions(self, proprio: np.ndarray) -> np.ndarray:
-        """[1, num_actions, action_dim]: the current pose, repeated."""
+        """[B, num_actions, action_dim]: each request's current pose, repeated."""
         if proprio.shape[-1] < self.action_dim:
             raise ValueError(
                 f"hold: proprio has {proprio.shape[-1]} numbers, needs the {self.action_dim}-D ee6d pose"
             )
-        pose = proprio.reshape(-1)[: self.action_dim]
-        return np.tile(pose, (1, self.num_actions, 1))
+        pose = proprio[:, : self.action_dim]
+        return np.repeat(pose[:, None, :], self.num_actions, axis=1)
 
 
 def get_model(usr_args: dict[str, Any]) -> HoldModel:
@@ -33,7 +33,7 @@ def get_model(usr_args: dict[str, Any]) -> HoldModel:
 def encode_obs(obs: dict[str, Any]) -> dict[str, Any]:
     if "proprio" not in obs:
         raise ValueError("hold: the observation has no 'proprio'")
-    return {"proprio": np.asarray(obs["proprio"], dtype=np.float32)}
+    return {"proprio": np.asarray(obs["proprio"], dtype=np.float32).reshape(1, -1)}
 
 
 def reset_model(model: HoldModel) -> None:

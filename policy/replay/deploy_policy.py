@@ -36,7 +36,11 @@ class ReplayModel:
                     self._traces[task, task_config] = {k: npz[k] for k in npz.files}
             return self._traces[task, task_config]
 
-    def generate_actions(self, episode: dict[str, Any]) -> np.ndarray:
+    def generate_actions(self, episode: list[dict[str, Any]]) -> np.ndarray:
+        """[B, num_actions, action_dim]: each request's slice of its trace."""
+        return np.stack([self._chunk(item) for item in episode])
+
+    def _chunk(self, episode: dict[str, Any]) -> np.ndarray:
         task, task_config, seed, step = (episode[k] for k in ("task", "task_config", "seed", "step"))
         bank = self._bank(task, task_config)
         trace = bank.get(f"seed{seed}")
@@ -50,7 +54,7 @@ class ReplayModel:
         if len(chunk) < self.num_actions:
             pad = np.repeat(trace[-1:], self.num_actions - len(chunk), axis=0)
             chunk = np.concatenate([chunk, pad])
-        return chunk[None].astype(np.float32)
+        return chunk.astype(np.float32)
 
 
 def _root(setting: str | None) -> Path:

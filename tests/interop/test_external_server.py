@@ -109,6 +109,9 @@ def test_a_spec_mismatch_is_refused_before_the_first_episode(
         needs_camera.rc == 2
         and "the server needs 'image' (rgb_hwc_uint8), the map gives none" in needs_camera.err
     )
+    joints = run_client(tmp_path / "d", vla_server("hold"), VLA_MAP + "action_convention: joint_pos\n", [0])
+    assert joints.rc == 2, joints.err
+    assert "the map says the server emits joint_pos, the sim applies ee6d (ACTION_CONVENTION)" in joints.err
     no_camera = run_client(tmp_path / "c", vla_server("hold"), CAMERA_MAP, [0])
     assert no_camera.rc == 2 and "cameras: the map uses ['base_camera'], the sim offers []" in no_camera.err
 

@@ -105,7 +105,13 @@ def test_openpi_mode_seeds_like_the_native_server(tmp_path: Path) -> None:
         want = episode(native.ready_file, seed=7, steps=3)
     with openpi_server(tmp_path, NOISY) as port:
         client = WebsocketClientPolicy(host="127.0.0.1", port=port)
-        ack = client.infer({"__ctrl__": "episode_start", "__task__": "task", "__episode_id__": 7})
+        start = {
+            "__ctrl__": "episode_start",
+            "__task__": "task",
+            "__task_config__": "cfg",
+            "__episode_id__": 7,
+        }
+        ack = client.infer(start)
         assert ack == {"__ack__": "episode_start"}
         got = [client.infer(obs(float(step)))["actions"] for step in range(3)]
     for a, b in zip(got, want, strict=True):

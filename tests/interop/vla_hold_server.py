@@ -19,7 +19,7 @@ import numpy as np
 from vla_eval.model_servers.base import SessionContext
 from vla_eval.model_servers.predict import PredictModelServer
 from vla_eval.model_servers.serve import run_server
-from vla_eval.specs import GRIPPER_CLOSE_POS, IMAGE_RGB, LANGUAGE, RAW, DimSpec
+from vla_eval.specs import GRIPPER_CLOSE_NEG, IMAGE_RGB, LANGUAGE, RAW, DimSpec
 
 EE6D_POSITION = DimSpec("position", 3, "absolute_xyz")
 EE6D_ROTATION = DimSpec("rotation", 6, "rot6d")
@@ -52,7 +52,7 @@ class HoldModelServer(PredictModelServer):
     def get_action_spec(self) -> dict[str, DimSpec]:
         if self.mode == "declare_9":
             return {"position": EE6D_POSITION, "rotation": EE6D_ROTATION}  # no gripper: 9 dims
-        return {"position": EE6D_POSITION, "rotation": EE6D_ROTATION, "gripper": GRIPPER_CLOSE_POS}
+        return {"position": EE6D_POSITION, "rotation": EE6D_ROTATION, "gripper": GRIPPER_CLOSE_NEG}
 
     def get_observation_params(self) -> dict:
         return {"mode": self.mode}  # in the HELLO: each mode is another model to the contract

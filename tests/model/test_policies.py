@@ -5,12 +5,14 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from harness.model.policyload import PolicyError, episode_seed, load_policy, parse_override
+from harness.model.policyload import PolicyError, load_policy, parse_override
+from harness.model.seeding import rng_seed
 from harness.wire.errors import RemoteError
 from support.wirekit import (
     REPO,
@@ -86,7 +88,8 @@ def test_load_errors_name_the_input(args: tuple, message: str) -> None:
 def test_override_values_are_typed() -> None:
     assert parse_override("num_actions=20") == ("num_actions", 20)
     assert parse_override("cameras=[a, b]") == ("cameras", ["a", "b"])
-    assert episode_seed(1, 2) == episode_seed(1, 2) != episode_seed(2, 1)
+    assert rng_seed("t", "c", 1, 2) == rng_seed("t", "c", 1, 2) != rng_seed("t", "c", 2, 1)
+    assert rng_seed("t", "c", 1, 2) != rng_seed("u", "c", 1, 2) != rng_seed("t", "d", 1, 2)
 
 
 def test_cli_help_and_bad_policy(tmp_path: Path) -> None:
@@ -181,3 +184,34 @@ def test_hf_without_checkpoint_is_a_clear_error(tmp_path: Path, model_py: str) -
         timeout=300,
     )
     assert proc.returncode != 0 and "needs a checkpoint dir" in proc.stderr
+
+
+def test_hf_batched_answers_match_lone_ones(tmp_path: Path, model_py: str, tiny_hf: Path) -> None:
+    """Sessions with instructions of different lengths (padding) and sampled noise, batched together."""
+    ready = tmp_path / "ready.json"
+    args = ["--policy", "hf", "--ckpt", str(tiny_hf), "--set", "noise_std=0.05", "--set", "num_actions=8"]
+    env = {"HF_HUB_OFFLINE": "1", "MODEL_BATCH_WAIT_MS": "200"}
+    proc = start_server_process(model_py, ready, args, tmp_path / "server.log", env=env)
+    jobs = [(1, "pick up the red cube"), (2, "push"), (3, "push the cube to the goal"), (4, "red")]
+
+    def run(job: tuple[int, str]) -> list[np.ndarray]:
+        seed, instruction = job
+        with client(ready) as c:
+            c.hello(SPEC)
+            c.reset("pick", "cfg", instruction, seed)
+            return [c.infer(obs(0.1 * seed), step) for step in range(3)]
+
+    try:
+        alone = [run(job) for job in jobs]
+        with ThreadPoolExecutor(len(jobs)) as pool:
+            together = list(pool.map(run, jobs))
+        with client(ready) as c:
+            stats = c._call({"type": "ping", "stats": True})["stats"]
+    finally:
+        code = stop_process(proc)
+    assert code == 0, (tmp_path / "server.log").read_text()
+    assert stats["max"] > 1, stats
+    for a_run, t_run in zip(alone, together, strict=True):
+        for a, t in zip(a_run, t_run, strict=True):
+            np.testing.assert_allclose(a, t, rtol=0, atol=1e-5)
+    assert "batch stats: calls=" in (tmp_path / "server.log").read_text()

@@ -214,7 +214,7 @@ def test_reset_of_one_client_leaves_another_alone(tmp_path: Path) -> None:
         with client(ready) as a, client(ready) as b:
             a.hello(SPEC)
             b.hello(SPEC)
-            a.reset("t", "cfg", "i", 21)
+            a.reset("task", "cfg", "do it", 21)  # the RNG key includes the task: as episode() does
             first = a.infer(obs(0.0), 0)
             b.reset("t", "cfg", "i", 99)
             b.infer(obs(0.0), 0)

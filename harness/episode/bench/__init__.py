@@ -1,9 +1,13 @@
 """The benchmark interface (sim side) and `load_benchmark`.
 
-A benchmark adapter turns `(task, bench_config, seed)` into an `Episode` the sim client drives one ee6d
-action at a time; `expert` solves an episode so seed banks can be pre-validated. The embedded default is
-ManiSkill3 (`harness.episode.bench.maniskill`); any class with this shape plugs in by `module.path:ClassName`
-(BENCHMARK knob), which is how tests swap in fast doubles. Contract: docs/contracts.md.
+A benchmark adapter turns `(task, bench_config, seed)` into an `Episode` the sim client drives one
+action at a time, in the convention its spec's `action` names (an episode may offer
+`smoothed_dims(smooth_rot)`, the indices ACTION_SMOOTH touches; else ee6d's are used); `expert` solves
+an episode so seed banks can be pre-validated. The embedded default is ManiSkill3
+(`harness.episode.bench.maniskill`); a vla-eval `StepBenchmark` runs through
+`harness.episode.bench.vlaeval` (`vla-eval:module.path:ClassName`); any class with this shape plugs
+in by `module.path:ClassName` (BENCHMARK knob), which is how tests swap in fast doubles.
+Contract: docs/contracts.md.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from harness.config import knobs
+
 
 class Episode(Protocol):
     instruction: str
@@ -22,7 +28,7 @@ class Episode(Protocol):
     spec: dict[str, Any]  # client spec sent in the wire hello
 
     def observe(self) -> dict[str, Any]: ...
-    def apply(self, action: np.ndarray) -> None: ...
+    def apply(self, action: np.ndarray) -> None: ...  # one action of `action_dim` in the spec's `action`
     def success(self) -> bool: ...
     def collided(self) -> bool: ...
     def video_frame(self) -> np.ndarray: ...
@@ -31,16 +37,20 @@ class Episode(Protocol):
 
 @dataclass(frozen=True)
 class ExpertResult:
-    """An expert attempt: `actions` is its ee6d trace [T, action_dim] (float32), empty when it failed."""
+    """An expert attempt: `actions` is its ee6d trace [T, action_dim] (float32), empty when it failed;
+    `joint_targets` is the same trace as the expert commanded it (pd_joint_pos), when it has one."""
 
     solved: bool
     reason: str  # "ok", or why the seed is rejected
     actions: np.ndarray
     steps: int
+    joint_targets: np.ndarray | None = None
 
 
 class Benchmark(Protocol):
     version: str  # simulator version recorded in every record
+    # optional: action_convention, the convention its episodes apply (checked against the policy's
+    # stated one when a run is created, and again in every hello)
 
     def tasks(self) -> list[str]: ...
     def check(self, task: str, bench_config: str) -> None:
@@ -51,14 +61,22 @@ class Benchmark(Protocol):
 
 
 def load_benchmark(spec: str) -> Benchmark:
-    """`maniskill` (the embedded default) or `module.path:ClassName`; a bad spec is a clear error."""
+    """`maniskill` (the embedded default), `vla-eval:module.path:ClassName` (a vla-eval StepBenchmark,
+    constructed with BENCH_PARAMS) or `module.path:ClassName`; a bad spec is a clear error."""
     if spec == "maniskill":
         from harness.episode.bench.maniskill import ManiSkillBenchmark
 
         return ManiSkillBenchmark()
+    if spec.startswith("vla-eval:"):
+        from harness.episode.bench.vlaeval import PREFIX, VlaEvalBenchmark
+
+        return VlaEvalBenchmark(spec[len(PREFIX) :], knobs.get("BENCH_PARAMS"))
     module_name, sep, class_name = spec.partition(":")
     if not sep or not module_name or not class_name:
-        raise ValueError(f"BENCHMARK={spec!r}: expected 'maniskill' or 'module.path:ClassName'")
+        raise ValueError(
+            f"BENCHMARK={spec!r}: expected 'maniskill', 'vla-eval:module.path:ClassName' "
+            "or 'module.path:ClassName'"
+        )
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError) as exc:

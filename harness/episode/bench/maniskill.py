@@ -1,9 +1,11 @@
 """The embedded benchmark: ManiSkill3 tabletop tasks on the CPU (physx_cpu, lavapipe rendering).
 
-Actions arrive as ee6d per arm and drive the `pd_ee_pose` controller (absolute TCP pose in the robot's
-root frame); proprio is the current TCP pose in the same frame as ee6d, so `hold` (proprio echoed as
-the action) keeps the robot still. Render settings come from the knobs (IMAGE_SIZE, RENDER_SHADER,
-RT_SPP, DENOISER) and are part of the run's contract.
+Actions arrive in the ACTION_CONVENTION (harness.episode.bench.conventions: absolute `ee6d` by default,
+`ee_delta`, `joint_pos`) and drive the ManiSkill controller that convention names (`pd_ee_pose`,
+`pd_ee_delta_pose`, `pd_joint_pos`); proprio is the arm's state laid out like an absolute action of the
+convention, so `hold` (proprio echoed as the action) keeps the robot still in ee6d and joint_pos.
+Render settings come from the knobs (IMAGE_SIZE, RENDER_SHADER, RT_SPP, DENOISER) and are part of
+the run's contract.
 """
 
 from __future__ import annotations
@@ -13,12 +15,11 @@ from typing import Any
 import numpy as np
 
 from harness.config import knobs
-from harness.episode.actions import ARM_DIM, ee6d_to_pose_euler, pose_to_ee6d
 from harness.episode.bench import ExpertResult
+from harness.episode.bench.conventions import get_convention
+from harness.episode.bench.maniskill_actions import arm_state, check_controller, controller_input
 from harness.episode.bench.maniskill_config import LevelSpec, TaskSpec, load_table
-from harness.episode.bench.maniskill_env import configure_ray_tracing, make_env, matrix_from_quat_wxyz
-
-GRIPPER_LOW, GRIPPER_HIGH = -0.01, 0.04  # finger target range that pd_ee_pose maps [-1, 1] onto
+from harness.episode.bench.maniskill_env import configure_ray_tracing, make_env
 
 
 class ManiSkillBenchmark:
@@ -32,6 +33,8 @@ class ManiSkillBenchmark:
         self.shader = knobs.get("RENDER_SHADER")
         self.primary_cam = knobs.get("PRIMARY_CAM")
         self.video_cam = knobs.get("VIDEO_CAM")
+        self.convention = get_convention(knobs.get("ACTION_CONVENTION"))
+        self.action_convention = self.convention.name
         configure_ray_tracing(self.shader, knobs.get_int("RT_SPP"), knobs.get("DENOISER"))
 
     def tasks(self) -> list[str]:
@@ -62,24 +65,28 @@ class ManiSkillEpisode:
         self.step_limit = task.step_limit
         self._render = render
         self._video_cam = bench.video_cam
+        self.convention = bench.convention
+        control_mode = self.convention.control_mode
         self.env = make_env(
             task, level, seed, threshold=bench.table.collision_impulse,
-            obs_mode="rgb" if render else "state_dict", control_mode="pd_ee_pose", render=render,
+            obs_mode="rgb" if render else "state_dict", control_mode=control_mode, render=render,
             image_size=bench.image_size, shader=bench.shader,
         )  # fmt: skip
         try:
             self._obs, self._info = self.env.reset(seed=seed)
             self.cameras = self._camera_order(bench.primary_cam) if render else []
+            self.agents = _arm_agents(self.env)
+            for agent in self.agents:
+                check_controller(self.convention, agent)
         except BaseException:
             self.env.close()
             raise
-        self.agents = _arm_agents(self.env)
-        self.action_dim = ARM_DIM * len(self.agents)
+        self.action_dim = self.convention.arm_dim * len(self.agents)
         self.initial_success = self.success()
         self.spec = {
             "benchmark": "maniskill", "task": task.name, "env_id": task.env_id, "bench_config": level.name,
             "action_dim": self.action_dim, "arms": len(self.agents), "cameras": self.cameras,
-            "image_size": bench.image_size, "action": "ee6d", "control_mode": "pd_ee_pose",
+            "image_size": bench.image_size, "action": self.convention.name, "control_mode": control_mode,
         }  # fmt: skip
 
     def _camera_order(self, primary: str) -> list[str]:
@@ -100,25 +107,24 @@ class ManiSkillEpisode:
         return obs
 
     def proprio(self) -> np.ndarray:
-        """Current ee6d per arm: TCP pose in the arm's root frame + normalized finger opening."""
-        parts = []
-        for agent in self.agents:
-            pose = agent.robot.pose.inv() * agent.tcp.pose
-            finger = float(_np(agent.robot.get_qpos()[0, -2:]).mean())
-            grip = np.clip(2 * (finger - GRIPPER_LOW) / (GRIPPER_HIGH - GRIPPER_LOW) - 1, -1, 1)
-            parts.append(pose_to_ee6d(_np(pose.p[0]), matrix_from_quat_wxyz(_np(pose.q[0])), grip))
-        return np.concatenate(parts)
+        """Each arm's state in the convention's absolute layout (ee6d: TCP pose in the root frame + grip)."""
+        return np.concatenate([arm_state(self.convention, agent) for agent in self.agents])
+
+    def smoothed_dims(self, smooth_rot: bool) -> np.ndarray:
+        """The action indices ACTION_SMOOTH touches in this convention (never a gripper)."""
+        return self.convention.smoothed_dims(len(self.agents), smooth_rot)
 
     def apply(self, action: np.ndarray) -> None:
         action = np.asarray(action)
         if action.shape != (self.action_dim,) or not np.all(np.isfinite(action)):
             raise ValueError(f"action must be {self.action_dim} finite numbers, got shape {action.shape}")
-        pose = ee6d_to_pose_euler(action)  # [7 per arm]: xyz, XYZ Euler, gripper
+        dim = self.convention.arm_dim
+        arms = [controller_input(self.convention, action[i * dim : (i + 1) * dim], agent)
+                for i, agent in enumerate(self.agents)]  # fmt: skip
         if len(self.agents) == 1:
-            command: Any = pose
+            command: Any = arms[0]
         else:
-            uids = list(self.env.agent.agents_dict)
-            command = {uid: pose[i * 7 : (i + 1) * 7] for i, uid in enumerate(uids)}
+            command = dict(zip(self.env.agent.agents_dict, arms, strict=True))
         self._obs, _, _, _, self._info = self.env.step(command)
 
     def success(self) -> bool:

@@ -76,7 +76,8 @@ def run_expert(table: BenchTable, task: TaskSpec, level: LevelSpec, seed: int) -
         env.close()
     if actions is None:
         return ExpertResult(False, reason, np.zeros((0, 10), np.float32), len(recorder.actions))
-    return ExpertResult(True, "ok", actions, len(recorder.actions))
+    joint_targets = np.array(recorder.actions, dtype=np.float32)
+    return ExpertResult(True, "ok", actions, len(recorder.actions), joint_targets)
 
 
 def _verdict(recorder: _Recorder, outcome: Any) -> str:

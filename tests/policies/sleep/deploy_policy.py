@@ -1,5 +1,5 @@
-"""Test double: a policy that only sleeps (load_s once, infer_ms per chunk) and returns zeros, so
-queue and worker tests exercise a real model server without a model.
+"""Test double: a policy that only sleeps (load_s once, infer_ms + per_item_ms · B per batch of B
+requests) and returns zeros, so queue and worker tests exercise a real model server without a model.
 
 SLEEP_POLICY_DIE_ONCE=<path>: the first server to load (the one that creates <path>) exits on its
 own once it has published its ready file and a sim client for it has been started, before that
@@ -21,12 +21,14 @@ import numpy as np
 
 class Sleeper:
     def __init__(self, usr_args: dict[str, Any]) -> None:
-        self.shape = (1, usr_args["num_actions"], usr_args["action_dim"])
+        self.shape = (usr_args["num_actions"], usr_args["action_dim"])
         self.delay = float(os.environ.get("SLEEP_POLICY_MS", usr_args.get("infer_ms", 2))) / 1000
+        self.per_item = float(usr_args.get("per_item_ms", 0)) / 1000
 
     def generate_actions(self, proprio: np.ndarray) -> np.ndarray:
-        time.sleep(self.delay)
-        return np.zeros(self.shape, np.float32)
+        """A batch costs infer_ms + per_item_ms per request, like a model on an accelerator."""
+        time.sleep(self.delay + self.per_item * len(proprio))
+        return np.zeros((len(proprio), *self.shape), np.float32)
 
 
 def _exit_once_a_client_starts() -> None:
@@ -69,7 +71,7 @@ def encode_obs(obs: dict[str, Any]) -> dict[str, Any]:
             pass
         else:
             os._exit(1)  # mid-episode, once: the server dies during the unit
-    return {"proprio": np.asarray(obs["proprio"])}
+    return {"proprio": np.asarray(obs["proprio"]).reshape(1, -1)}
 
 
 def reset_model(model: Sleeper) -> None:

@@ -1,0 +1,253 @@
+"""Batching the requests of many sessions into one model call, without waiting for nobody.
+
+Each session (one sim client's connection) is a `Member`; its thread calls `submit` and blocks
+until its answer is there. One of the blocked threads at a time is the leader: it decides when the
+pending requests go, runs the call (outside the lock) and hands the answers out; the others sleep
+on their own event, so an arrival wakes one thread, not all of them; and the arrival that lets a
+waiting batch go runs it itself (it is awake already) instead of waking the leader.
+
+When to go: at once when `max_batch` requests are pending, or when no member that could still join
+is expected before the deadline: `max_wait_s` after the batch could first have gone (the first
+pending request's arrival, or the end of the last call when that request came in during it). A
+member can join when it is active (it has started an episode or sent a request), has nothing
+pending, and is expected soon: its expected arrival is its last answer + its think time (the EMA of
+answer → next request, i.e. its sim's step), and it is not already later than that by more than
+`max_wait_s` (a sim rebuilding its env, or one that left without saying). So K = 1 never waits,
+K sims in lock step all go together (no 1, 7, 1, 7 ...), and a slow sim that would arrive after
+the deadline is not waited for.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("model_server")
+
+THINK_EMA = 0.5  # weight of the newest think time in a member's estimate
+STATS_LOG_EVERY_S = 60.0  # batch statistics go to the log at most this often (and at shutdown)
+
+
+@dataclass(eq=False)
+class Member:
+    """One session's standing with the batcher (see the module docstring for how it is used)."""
+
+    active: bool = False  # it has started an episode or sent a request: it may send again
+    answered_at: float = 0.0
+    think_s: float = 0.0
+    waiting: bool = False
+
+    def expected_at(self) -> float:
+        return self.answered_at + self.think_s
+
+
+@dataclass(eq=False)
+class _Item:
+    member: Member
+    payload: Any
+    arrived: float
+    event: threading.Event = field(default_factory=threading.Event)
+    done: bool = False
+    lead: bool = False
+    result: Any = None
+    error: BaseException | None = None
+
+
+@dataclass
+class BatchStats:
+    """What the batcher did: model calls, requests answered, and how many calls had each size."""
+
+    calls: int = 0
+    items: int = 0
+    sizes: Counter[int] = field(default_factory=Counter)
+    busy_s: float = 0.0  # time spent in model calls: busy_s / wall time is the model's utilisation
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "calls": self.calls,
+            "items": self.items,
+            "max": max(self.sizes, default=0),
+            "sizes": {str(size): n for size, n in sorted(self.sizes.items())},
+            "busy_s": round(self.busy_s, 6),
+        }
+
+    def line(self) -> str:
+        """One parseable line: `calls=C items=N max=M sizes=1:a,2:b busy_s=S` (size:count)."""
+        sizes = ",".join(f"{size}:{n}" for size, n in sorted(self.sizes.items())) or "-"
+        return (
+            f"calls={self.calls} items={self.items} max={max(self.sizes, default=0)} sizes={sizes} "
+            f"busy_s={self.busy_s:.3f}"
+        )
+
+
+# A call: the payloads of one batch → one outcome each (a result, or the exception for that item).
+RunBatch = Callable[[list[Any]], list[Any]]
+
+
+class Batcher:
+    """Runs `run` on batches of up to `max_batch` payloads submitted by members' threads."""
+
+    def __init__(
+        self,
+        run: RunBatch,
+        max_batch: int,
+        max_wait_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch={max_batch}: expected an integer >= 1")
+        if max_wait_s < 0:
+            raise ValueError(f"max_wait_s={max_wait_s}: expected >= 0")
+        self.run, self.max_batch, self.max_wait_s, self.clock = run, max_batch, max_wait_s, clock
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)  # the leader's: a new arrival or a deadline
+        self._members: set[Member] = set()
+        self._pending: list[_Item] = []
+        self._leader: _Item | None = None
+        self._running = False  # the leader is in a model call (no one else may start one)
+        self._awaited: set[Member] = set()  # the members the leader is waiting for
+        self._free_since = clock()  # when the last call ended: nothing could go before that
+        self._stats = BatchStats()
+        self._next_log = clock() + STATS_LOG_EVERY_S
+
+    def join(self) -> Member:
+        member = Member(answered_at=self.clock())
+        with self._lock:
+            self._members.add(member)
+        return member
+
+    def leave(self, member: Member) -> None:
+        with self._lock:
+            self._members.discard(member)
+            self._awaited.discard(member)
+            self._wake.notify_all()
+
+    def start_episode(self, member: Member) -> None:
+        """`member` is in an episode from now on (its first request follows its reset's answer)."""
+        with self._lock:
+            member.active = True
+            member.answered_at = self.clock()
+
+    def stats(self) -> BatchStats:
+        with self._lock:
+            stats = self._stats
+            return BatchStats(stats.calls, stats.items, Counter(stats.sizes), stats.busy_s)
+
+    def submit(self, member: Member, payload: Any) -> Any:
+        """The outcome of `payload`'s model call (blocking); an exception for it is raised here."""
+        with self._lock:
+            now = self.clock()
+            member.think_s += THINK_EMA * (max(0.0, now - member.answered_at) - member.think_s)
+            member.waiting = member.active = True  # a front end without resets is active too
+            item = _Item(member, payload, now)
+            self._pending.append(item)
+            self._awaited.discard(member)
+            if self._leader is None:
+                self._leader = item
+                item.lead = True
+            elif not self._running and (not self._awaited or len(self._pending) >= self.max_batch):
+                # this arrival lets the waiting leader go: run the batch from this thread (it is
+                # already awake) and send the old leader back to waiting for its answer
+                self._leader.lead = False
+                self._leader = item
+                item.lead = True
+                self._wake.notify_all()
+        while not item.done:
+            if item.lead:
+                self._lead(item)
+            else:
+                item.event.wait()
+                item.event.clear()
+        if item.error is not None:
+            raise item.error
+        return item.result
+
+    def _lead(self, mine: _Item) -> None:
+        """Run batches until `mine` is answered, then hand the lead to the oldest pending item."""
+        with self._lock:
+            while not mine.done and mine.lead:
+                batch, timeout = self._claim(self.clock())
+                if batch is None:
+                    self._wake.wait(timeout)
+                    continue
+                self._running = True
+                self._lock.release()
+                started = self.clock()
+                try:
+                    outcomes = self._call(batch)
+                except BaseException:  # this thread is being torn down: the others must not hang
+                    self._lock.acquire()
+                    self._running = False
+                    self._deliver(batch, [RuntimeError("the model call was interrupted")] * len(batch))
+                    self._hand_off(mine)
+                    raise
+                self._lock.acquire()
+                self._running = False
+                self._stats.busy_s += self.clock() - started
+                self._deliver(batch, outcomes)
+            if mine.lead:  # else another arrival took the lead over while this one waited
+                self._hand_off(mine)
+
+    def _hand_off(self, mine: _Item) -> None:
+        """`mine` leads no more: the oldest pending item's thread leads next, if there is one."""
+        mine.lead = False
+        self._leader = self._pending[0] if self._pending else None
+        if self._leader is not None:
+            self._leader.lead = True
+            self._leader.event.set()
+
+    def _claim(self, now: float) -> tuple[list[_Item] | None, float | None]:
+        """The batch to run now, or (None, seconds to wait before deciding again).
+
+        The wait is counted from when the batch could first have gone: the first pending request's
+        arrival, or the end of the last call if it arrived during that call."""
+        if len(self._pending) < self.max_batch:
+            deadline = max(self._pending[0].arrived, self._free_since) + self.max_wait_s
+            if now < deadline:
+                awaited = {
+                    m: m.expected_at() + self.max_wait_s
+                    for m in self._members
+                    if m.active
+                    and not m.waiting
+                    and m.expected_at() <= deadline
+                    and now <= m.expected_at() + self.max_wait_s
+                }
+                if awaited:
+                    self._awaited = set(awaited)
+                    return None, min(deadline, *awaited.values()) - now
+        self._awaited = set()
+        batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+        return batch, None
+
+    def _call(self, batch: list[_Item]) -> list[Any]:
+        try:
+            outcomes = self.run([item.payload for item in batch])
+        except Exception as exc:  # the call failed as a whole: every item in it gets the error
+            return [exc] * len(batch)
+        if len(outcomes) != len(batch):
+            error = RuntimeError(f"batch runner returned {len(outcomes)} outcomes for {len(batch)} items")
+            return [error] * len(batch)
+        return outcomes
+
+    def _deliver(self, batch: list[_Item], outcomes: list[Any]) -> None:
+        now = self._free_since = self.clock()
+        for item, outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                item.error = outcome
+            else:
+                item.result = outcome
+            item.done = True
+            item.member.waiting = False
+            item.member.answered_at = now
+            item.event.set()
+        self._stats.calls += 1
+        self._stats.items += len(batch)
+        self._stats.sizes[len(batch)] += 1
+        if now >= self._next_log:
+            self._next_log = now + STATS_LOG_EVERY_S
+            log.info("batch stats: %s", self._stats.line())
