@@ -3,9 +3,12 @@
 The observation is 3 cameras × 224×224×3 uint8 + a 10-D proprio; the reply a 30×10 float32 chunk
 (the `hold` policy, so the model costs ~nothing). The server runs in a separate process, as in a
 real worker. Three codecs: msgpack, our JSON, and the reference JSON+base64 done the plain way
-(stdlib json + base64, str round trips), measured in the same run. Prints the median µs per round
-trip; the last line is `msgpack_rt_us=<n> json_rt_us=<n> plain_json_rt_us=<n>`. It prints figures;
-it does not pass or fail on speed.
+(stdlib json + base64, str round trips), measured in the same run; and, on the same payload, the two
+other ecosystems' protocols over WebSocket: openpi (our server in MODEL_SERVER_PROTOCOL=openpi mode,
+harness.wire.openpi's client) and vla-eval (vla-eval's own `serve` with a `hold` PredictModelServer,
+harness.wire.vlaeval's client). Prints the median and p90 µs per round trip; the last line is
+`msgpack_rt_us=<n> json_rt_us=<n> plain_json_rt_us=<n> openpi_rt_us=<n> vla_eval_rt_us=<n>` followed
+by the `<name>_p90_us=<n>` of each. It prints figures; it does not pass or fail on speed.
 """
 
 from __future__ import annotations
@@ -13,18 +16,24 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import logging
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from harness.wire import codecs
+from harness.wire import codecs, vlaeval
 from harness.wire.client import PolicyClient
+from harness.wire.openpi import OpenpiConnection
+from harness.wire.readyfile import wait_ready
 
 BLOCK = 20  # round trips of one codec in a row
 WARM = 3  # round trips before each block, not timed
@@ -68,36 +77,98 @@ def serve(ready: str) -> None:
     ModelServer(load_policy("hold"), ready).serve_forever()
 
 
+def serve_openpi(ready: str) -> None:
+    from harness.model.openpi_server import OpenpiServer
+    from harness.model.policyload import load_policy
+
+    OpenpiServer(load_policy("hold"), ready).serve_forever()
+
+
+def serve_vla_eval(port: int) -> None:
+    """vla-eval's own server around a `hold` model: the state repeated over a 30-step chunk."""
+    from vla_eval.model_servers.predict import PredictModelServer
+    from vla_eval.model_servers.serve import serve as vla_serve
+
+    class Hold(PredictModelServer):
+        def predict(self, obs: dict, ctx: Any) -> dict:
+            return {"actions": np.tile(np.asarray(obs["state"], np.float32), (30, 1))}
+
+    vla_serve(Hold(), host="127.0.0.1", port=port)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_vla_eval(port: int, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"the vla-eval server on port {port} did not come up")
+
+
 def observation() -> dict[str, Any]:
     rng = np.random.default_rng(0)
     images = {cam: rng.integers(0, 256, (224, 224, 3), dtype=np.uint8) for cam in SPEC["cameras"]}
     return {"images": images, "proprio": rng.standard_normal(10).astype(np.float32)}
 
 
-def measure(ready: Path, names: list[str], iters: int) -> dict[str, float]:
-    """Median µs of one infer round trip per codec (encode, send, server decode + policy + encode,
-    receive, decode). The codecs take turns in blocks of BLOCK round trips, so load from other
-    processes hits all of them alike, while each block runs as a sim client does: one codec, warm
-    (a round trip right after another codec's pays that codec's allocator churn: ~1 ms here)."""
+Infer = Callable[[dict[str, Any], int], np.ndarray]
+
+
+def native_client(ready: Path, name: str) -> tuple[Infer, Callable[[], None]]:
+    client = PolicyClient.from_ready_file(ready, timeout_s=60, codec=name)
+    client.hello(SPEC)
+    assert type(client._codec) is codecs.CODECS[name]
+    client.reset("bench", "bench", "hold still", 0)
+    return client.infer, client.close
+
+
+def openpi_client(ready: Path) -> tuple[Infer, Callable[[], None]]:
+    info = wait_ready(ready, 120)
+    conn = OpenpiConnection(f"127.0.0.1:{info['port']}", attempts=30, timeout_s=60, max_size=1 << 26)
+    return (lambda obs, step: conn.infer(obs)["actions"]), conn.close
+
+
+def vla_eval_client(port: int) -> tuple[Infer, Callable[[], None]]:
+    hello = vlaeval.hello_payload("wire-benchmark", "1")
+    conn = vlaeval.VlaEvalConnection(f"127.0.0.1:{port}", hello, attempts=30, timeout_s=60, max_size=1 << 26)
+    conn.start_episode({"task": {"name": "bench"}})
+
+    def infer(obs: dict[str, Any], step: int) -> np.ndarray:
+        return conn.act({"images": obs["images"], "state": obs["proprio"]})["actions"]
+
+    return infer, conn.close
+
+
+def measure(clients: dict[str, tuple[Infer, Callable[[], None]]], iters: int) -> dict[str, list[float]]:
+    """µs of each infer round trip per protocol/codec (encode, send, server decode + policy + encode,
+    receive, decode). They take turns in blocks of BLOCK round trips, so load from other processes
+    hits all of them alike, while each block runs as a sim client does: one codec, warm (a round
+    trip right after another codec's pays that codec's allocator churn: ~1 ms here)."""
     obs = observation()
-    clients = {}
-    for name in names:
-        clients[name] = PolicyClient.from_ready_file(ready, timeout_s=60, codec=name)
-        clients[name].hello(SPEC)
-        assert type(clients[name]._codec) is codecs.CODECS[name]
-        clients[name].reset("bench", "bench", "hold still", 0)
-    times: dict[str, list[float]] = {name: [] for name in names}
+    times: dict[str, list[float]] = {name: [] for name in clients}
     for block in range(-(-iters // BLOCK)):
-        for name, client in clients.items():
+        for name, (infer, _) in clients.items():
             for step in range(block * BLOCK - WARM, (block + 1) * BLOCK):
                 start = time.perf_counter()
-                chunk = client.infer(obs, step)
+                chunk = infer(obs, step)
                 if step >= block * BLOCK:
-                    times[name].append(time.perf_counter() - start)
+                    times[name].append((time.perf_counter() - start) * 1e6)
                 assert chunk.shape == (30, 10)
-    for client in clients.values():
-        client.close()
-    return {name: statistics.median(t) * 1e6 for name, t in times.items()}
+    for _, close in clients.values():
+        close()
+    return times
+
+
+def p90(values: list[float]) -> float:
+    return statistics.quantiles(values, n=10)[-1]
 
 
 def main() -> None:
@@ -106,21 +177,37 @@ def main() -> None:
     )
     parser.add_argument("--iters", type=int, default=200, help="round trips per codec (default 200)")
     parser.add_argument("--serve", metavar="READY_FILE", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-openpi", metavar="READY_FILE", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-vla-eval", metavar="PORT", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve:
-        serve(args.serve)
+    if args.serve or args.serve_openpi or args.serve_vla_eval:
+        logging.basicConfig(level=logging.WARNING)
+        if args.serve_vla_eval:
+            serve_vla_eval(args.serve_vla_eval)
+        else:
+            (serve if args.serve else serve_openpi)(args.serve or args.serve_openpi)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        ready = Path(tmp) / "ready.json"
-        server = subprocess.Popen([sys.executable, __file__, "--serve", str(ready)])
+        ready, openpi_ready, port = Path(tmp) / "ready.json", Path(tmp) / "openpi.json", free_port()
+        servers = [
+            subprocess.Popen([sys.executable, __file__, *flag])
+            for flag in (["--serve", str(ready)], ["--serve-openpi", str(openpi_ready)],
+                         ["--serve-vla-eval", str(port)])
+        ]  # fmt: skip
         try:
-            results = measure(ready, ["msgpack", "json", "plain_json"], args.iters)
+            wait_vla_eval(port, servers[2])
+            clients = {name: native_client(ready, name) for name in ("msgpack", "json", "plain_json")}
+            clients["openpi"] = openpi_client(openpi_ready)
+            clients["vla_eval"] = vla_eval_client(port)
+            results = measure(clients, args.iters)
         finally:
-            server.terminate()
-            server.wait(30)
+            for server in servers:
+                server.terminate()
+                server.wait(30)
     for name, us in results.items():
-        print(f"{name:>10}: median {us:8.0f} µs per round trip")
-    print(" ".join(f"{name}_rt_us={us:.0f}" for name, us in results.items()))
+        print(f"{name:>10}: median {statistics.median(us):8.0f} µs, p90 {p90(us):8.0f} µs per round trip")
+    medians = " ".join(f"{name}_rt_us={statistics.median(us):.0f}" for name, us in results.items())
+    print(medians + " " + " ".join(f"{name}_p90_us={p90(us):.0f}" for name, us in results.items()))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Listens on MODEL_SERVER_BIND (default 127.0.0.1), port 0, and publishes host/port/pid (and a token
 for a non-loopback bind) in --ready-file once the model is loaded. With --connect the model side
-dials a listening sim side instead (SIM_AS_SERVER=1). SIGTERM/SIGINT: clean exit 0.
+dials a listening sim side instead (SIM_AS_SERVER=1). MODEL_SERVER_PROTOCOL=openpi serves openpi
+clients (WebSocket, harness.model.openpi_server) instead. SIGTERM/SIGINT: clean exit 0.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from types import FrameType
 
 from harness.config import knobs
 from harness.config.failures import run_command
-from harness.model.policyload import PolicyError, load_policy
+from harness.config.policymap import PolicyMapError, load_policy_map
+from harness.model.openpi_server import OpenpiServer
+from harness.model.policyload import LoadedPolicy, PolicyError, load_policy
 from harness.model.server import ModelServer, connect_out
 from harness.wire.errors import WireError
 from harness.wire.readyfile import write_ready
@@ -52,13 +55,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def listener(policy: LoadedPolicy, ready_file: str) -> ModelServer | OpenpiServer:
+    """The server MODEL_SERVER_PROTOCOL asks for: ours, or one that openpi clients can talk to."""
+    if knobs.get_choice("MODEL_SERVER_PROTOCOL", ("native", "openpi")) == "native":
+        return ModelServer(policy, ready_file)
+    path = knobs.get("MODEL_SERVER_MAP")
+    return OpenpiServer(policy, ready_file, policy_map=load_policy_map(path) if path else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         policy = load_policy(args.policy, args.ckpt, args.overrides)
         stop = threading.Event()
-        server = None if args.connect else ModelServer(policy, args.ready_file)
+        server = None if args.connect else listener(policy, args.ready_file)
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             stop.set()
@@ -74,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.info_file:
                 write_ready(args.info_file, {"pid": os.getpid(), "policy": policy.name, "ckpt": policy.ckpt})
             connect_out(policy, args.connect, args.connect_timeout, stop)
-    except (PolicyError, WireError) as exc:
+    except (PolicyError, PolicyMapError, WireError, ValueError) as exc:
         print(f"policy_model_server: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -23,6 +23,7 @@ from harness.config.fingerprint import METHOD, fingerprint
 from harness.config.knobs import KNOBS, contract_knobs, get_int
 from harness.config.manifest import ContractMismatch, ManifestError, bank_entry, contract_hash, load_manifest
 from harness.config.paths import CODE_ROOT, bundle_root, resolve_checkpoint
+from harness.config.policyserver import policy_server_section
 from harness.config.rundir import Cell, RunDir, read_queue
 from harness.config.seedbank import SeedBankError, bank_sha256, read_bank, resolve_root
 
@@ -55,13 +56,17 @@ def build_contract(cells: list[Cell], env: Mapping[str, str]) -> dict[str, Any]:
     knobs = contract_knobs(env)
     bundle = str(bundle_root(env))
     ckpt = resolve_checkpoint(knobs["CKPT_NAME"], env)
-    return {
+    contract: dict[str, Any] = {
         "knobs": knobs,
         "checkpoint": None if ckpt is None else {"method": METHOD, **fingerprint([ckpt]).as_dict()},
         "queue": {"units": len(cells), "sha256": _queue_sha256(cells)},
         "seeds": _seeds_section(knobs, cells, bundle),
         "code": {"paths": list(CODE_PATHS), "sha256": code_sha256()},
     }
+    server = policy_server_section(env)  # an external policy server: what it announced
+    if server is not None:
+        contract["policy_server"] = server
+    return contract
 
 
 CODE_REFUSED_EXIT = 5  # a sim client's exit status when `check_code` refused (no episode was run)

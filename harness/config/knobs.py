@@ -105,6 +105,13 @@ KNOBS: dict[str, Knob] = {
             False,
         ),
         Knob("SIM_AS_SERVER", "0", "1: the sim side listens and the model side connects", False),
+        # other ecosystems' policy servers (README "Bring your own policy server")
+        Knob("MODEL_SERVER_PROTOCOL", "native", "our server speaks native or openpi (WebSocket)", False),
+        Knob("MODEL_SERVER_MAP", "", "openpi mode: YAML of openpi keys (empty: ours)", False),
+        Knob("POLICY_SERVER", "", "external openpi/vla-eval server host:port", False),
+        Knob("POLICY_SERVER_MAP", "", "mapping YAML of the external server (protocol, keys, sizes)", False),
+        Knob("POLICY_SERVER_RETRIES", "3", "connection attempts to the external server, each time", False),
+        Knob("POLICY_SERVER_TIMEOUT", "300", "seconds to wait for one reply of the external server", False),
         # node
         Knob("NODE_CACHE", "/tmp/eval_node_cache", "node-local cache for staged envs/checkpoints", False),
         Knob("CACHE_KEEP", "", "checkpoints to keep in the node cache, space separated", False),

@@ -24,9 +24,12 @@ from typing import IO, Any
 
 from harness.config import knobs
 from harness.config.contract import CODE_REFUSED_EXIT, check_code
-from harness.config.manifest import ContractMismatch
+from harness.config.failures import Refused
+from harness.config.manifest import ContractMismatch, load_manifest
+from harness.config.policymap import load_policy_map
 from harness.config.rundir import RunDir
 from harness.episode.bench import Benchmark
+from harness.episode.external import ExternalPolicyClient
 from harness.episode.simclient import SimClient, SimJob
 from harness.wire.client import PolicyClient
 from harness.wire.errors import PeerClosed, WireError
@@ -50,8 +53,8 @@ def run_job(
             complain(f"eval_policy_client: refusing to run: {exc}")
             return CODE_REFUSED_EXIT
     try:
-        client = connect(ready_file, connect_timeout)
-    except (ValueError, WireError, OSError) as exc:
+        client = connect(ready_file, connect_timeout, job.run_dir)
+    except (ValueError, Refused, WireError, OSError) as exc:
         complain(f"eval_policy_client: cannot start: {exc}")
         return CANNOT_START
     with client:
@@ -66,14 +69,26 @@ def run_job(
     return 0
 
 
-def connect(ready_file: Path, timeout_s: float) -> PolicyClient:
-    """A connection to the model server (or, with SIM_AS_SERVER=1, from it), hello not yet sent."""
+def connect(ready_file: Path, timeout_s: float, run_dir: Path) -> PolicyClient | ExternalPolicyClient:
+    """A connection to the model server (or, with SIM_AS_SERVER=1, from it; or to POLICY_SERVER, an
+    external openpi / vla-eval server), hello not yet sent."""
+    if knobs.get("POLICY_SERVER"):
+        return external_client(run_dir)
     wire = {"codec": knobs.get("WIRE_CODEC"), "max_frame": knobs.get_int("WIRE_MAX_FRAME")}
     if knobs.get_bool("SIM_AS_SERVER"):
         bind = knobs.get("MODEL_SERVER_BIND")
         return PolicyClient.listen(ready_file, timeout_s=timeout_s, bind=bind, **wire)
     host = knobs.get("MODEL_SERVER_HOST") or None
     return PolicyClient.from_ready_file(ready_file, timeout_s=timeout_s, host=host, **wire)
+
+
+def external_client(run_dir: Path) -> ExternalPolicyClient:
+    """POLICY_SERVER's client; its metadata must be what the run's contract recorded, if it did."""
+    run = RunDir(run_dir)
+    section = load_manifest(run.root).contract.get("policy_server") if run.manifest.exists() else None
+    expect = section.get("metadata_sha256") if isinstance(section, dict) else None
+    mapping = load_policy_map(knobs.get("POLICY_SERVER_MAP") or "POLICY_SERVER_MAP is not set")
+    return ExternalPolicyClient(knobs.get("POLICY_SERVER"), mapping, expect)
 
 
 def parse_job(line: str, worker_pid: int | None) -> SimJob:

@@ -39,6 +39,7 @@ from harness.queue.lease import Lease
 from harness.queue.owner import pid_namespace
 from harness.queue.units import Unit
 from harness.worker import children, slot_count
+from harness.worker.external_server import ExternalServer
 from harness.worker.model_server_process import ModelServerError, ModelServerProcess
 from harness.worker.sim_process import SimOutcome, read_progress
 from harness.worker.sim_slot import SimSlot, open_slot
@@ -70,7 +71,11 @@ class Worker:
         self.tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-"))
         self.env = dict(os.environ)
         log = run.logs / f"server-{worker_id}.log"
-        self.server = ModelServerProcess(self.tmp / "ready.json", log, self.env)
+        self.server: ModelServerProcess | ExternalServer = (
+            ExternalServer(self.tmp / "ready.json", log)
+            if knobs.get("POLICY_SERVER")
+            else ModelServerProcess(self.tmp / "ready.json", log, self.env)
+        )
         self.slots: list[SimSlot] = []
         self.units: list[Unit] = []
         self.unit_times: list[float] = []

@@ -1,0 +1,205 @@
+"""Our model server speaking openpi's protocol (MODEL_SERVER_PROTOCOL=openpi), for openpi client loops.
+
+Same process, same wrapper, same `Session` as the native server, so batching, per-session state and
+seeding are the same. The openpi conversation (openpi's `serving/websocket_policy_server.py`): on
+connect the server sends its metadata map; each binary frame is then an observation map answered
+by an action map; on an error the server sends the reason as a text frame and closes with 1011
+(`WebsocketClientPolicy` raises it as `RuntimeError("Error in inference server: ...")`).
+`GET /healthz` answers 200. openpi has no episode message, so: an observation
+`{"__ctrl__": "episode_start", "__task__": ..., "__episode_id__": <seed>}` (the extension some
+openpi forks send; `__task_config__` too, ours) starts an episode seeded as a native one
+(answered `{"__ack__": "episode_start"}`); otherwise a connection's first observation starts one
+with seed 0. The step counter of the seeding runs per
+episode. Observations use our key names (`images.<camera>`, `proprio`, `instruction`, or openpi's
+`prompt`) unless MODEL_SERVER_MAP names a mapping YAML (harness.config.policymap) saying which
+openpi keys carry them; the reply is `{"actions": [chunk_len, action_dim] float32}` (or the map's
+`action` key). A non-loopback bind requires `Authorization: Api-Key <token>` (the ready file's token).
+"""
+
+from __future__ import annotations
+
+import hmac
+import http
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode
+from websockets.sync.server import Request, Response, ServerConnection, serve
+
+from harness.config import knobs
+from harness.config.policymap import PolicyMap, get_path, put_path
+from harness.model.policyload import LoadedPolicy, PolicyError
+from harness.model.session import Drop, PolicyFailed, Session
+from harness.wire import openpi, protocol
+from harness.wire.errors import WireError
+from harness.wire.readyfile import advertised_host, remove_ready, run_token, write_ready
+
+log = logging.getLogger("openpi_server")
+
+
+def metadata(policy: LoadedPolicy) -> dict[str, Any]:
+    """The first frame of every connection: what an openpi client needs to know about the policy."""
+    return {**policy.spec, "server": "harness", "protocol": "openpi"}
+
+
+def check_map(policy_map: PolicyMap, policy: LoadedPolicy) -> None:
+    if policy_map.protocol != "openpi" or policy_map.action_dim != policy.spec["action_dim"]:
+        raise PolicyError(
+            f"MODEL_SERVER_MAP={policy_map.source}: needs protocol openpi and action_dim "
+            f"{policy.spec['action_dim']} (the policy's), "
+            f"got {policy_map.protocol} and {policy_map.action_dim}"
+        )
+
+
+def to_wire_obs(obs: dict[str, Any], policy_map: PolicyMap | None) -> dict[str, Any]:
+    """An openpi observation map → our wire observation (images, proprio, instruction)."""
+    if policy_map is None:
+        out = {k: v for k, v in obs.items() if k != "prompt"}
+        if isinstance(obs.get("prompt"), str):
+            out.setdefault("instruction", obs["prompt"])
+        return out
+    out: dict[str, Any] = {"images": {}}
+    try:
+        for cam, key in policy_map.cameras.items():
+            out["images"][cam] = get_path(obs, key, "the observation")
+        if policy_map.proprio is not None:
+            out["proprio"] = get_path(obs, policy_map.proprio, "the observation")
+        if policy_map.instruction is not None:
+            out["instruction"] = str(get_path(obs, policy_map.instruction, "the observation"))
+    except KeyError as exc:
+        raise WireError(f"{exc.args[0]} (MODEL_SERVER_MAP={policy_map.source})") from None
+    return out
+
+
+class OpenpiConnection:
+    """One openpi client: a Session fed the native messages that the openpi frames stand for."""
+
+    def __init__(self, policy: LoadedPolicy, policy_map: PolicyMap | None) -> None:
+        self.session = Session(policy, None, None)
+        self.session.handle(protocol.hello({}, ["msgpack"]))  # openpi clients state no spec
+        self.policy_map = policy_map
+        self.step = 0
+
+    def answer(self, body: bytes) -> dict[str, Any]:
+        obs = openpi.unpackb(body, "observation frame")
+        ctrl = obs.get("__ctrl__")
+        if ctrl == "episode_start":
+            task, config = str(obs.get("__task__", "")), str(obs.get("__task_config__", ""))
+            self._start(task, config, obs.get("__episode_id__", 0), "")
+            return {"__ack__": "episode_start"}
+        if ctrl is not None:
+            return {"__ack__": "episode_end" if ctrl == "episode_end" else "ignored"}
+        wire_obs = to_wire_obs(obs, self.policy_map)
+        if self.session.episode is None:
+            self._start("", "", 0, str(wire_obs.get("instruction", "")))
+        reply = self.session.handle(protocol.infer(wire_obs, self.step))
+        self.step += 1
+        key = ("actions",) if self.policy_map is None else self.policy_map.action
+        out: dict[str, Any] = {}
+        put_path(out, key, np.asarray(reply["actions"], dtype=np.float32))
+        return out
+
+    def _start(self, task: str, task_config: str, seed: Any, instruction: str) -> None:
+        if type(seed) is not int:
+            raise WireError(f"episode_start: __episode_id__ must be an integer seed, got {seed!r:.40}")
+        self.session.handle(protocol.reset(task, task_config, instruction, seed))
+        self.step = 0
+
+
+class OpenpiServer:
+    """Listens on (bind, port 0) and publishes a ready file, like `ModelServer`; one thread a client."""
+
+    def __init__(
+        self, policy: LoadedPolicy, ready_file: str | Path, bind: str | None = None,
+        policy_map: PolicyMap | None = None,
+    ) -> None:  # fmt: skip
+        if policy_map is not None:
+            check_map(policy_map, policy)
+        self.policy, self.policy_map = policy, policy_map
+        self.ready_file = Path(ready_file)
+        self.bind = knobs.get("MODEL_SERVER_BIND") if bind is None else bind
+        self.token = run_token(self.bind)
+        self._stop = threading.Event()
+        self._slots = threading.BoundedSemaphore(knobs.get_int("MODEL_SERVER_MAX_CONNS", minimum=1))
+        try:
+            self._server = serve(
+                self._handle, self.bind, 0, compression=None, max_size=knobs.get_int("WIRE_MAX_FRAME"),
+                process_request=self._process_request, ping_interval=None,
+                open_timeout=knobs.get_float("MODEL_SERVER_HELLO_TIMEOUT"),
+            )  # fmt: skip
+        except OSError as exc:
+            raise WireError(f"MODEL_SERVER_BIND={self.bind}: cannot listen there: {exc}") from None
+        self.port: int = self._server.socket.getsockname()[1]
+
+    def _process_request(self, conn: ServerConnection, request: Request) -> Response | None:
+        if request.path == "/healthz":
+            return conn.respond(http.HTTPStatus.OK, "OK\n")
+        if self.token:
+            given = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(given, f"Api-Key {self.token}"):
+                return conn.respond(http.HTTPStatus.UNAUTHORIZED, "needs the run's token as Api-Key\n")
+        return None
+
+    def _handle(self, conn: ServerConnection) -> None:
+        if not self._slots.acquire(blocking=False):
+            conn.send("server busy: MODEL_SERVER_MAX_CONNS connections open")
+            conn.close(CloseCode.TRY_AGAIN_LATER)
+            return
+        try:
+            self._converse(conn)
+        finally:
+            self._slots.release()
+
+    def _converse(self, conn: ServerConnection) -> None:
+        peer = conn.remote_address
+        client = OpenpiConnection(self.policy, self.policy_map)
+        try:
+            conn.send(openpi.packb(metadata(self.policy)))
+            for body in conn:
+                if isinstance(body, str):
+                    raise WireError("expected binary msgpack frames, got a text frame")
+                conn.send(openpi.packb(client.answer(body)))
+        except ConnectionClosed:
+            return
+        except (WireError, Drop, PolicyFailed) as exc:
+            if isinstance(exc, PolicyFailed):  # only the policy's own failure keeps its traceback
+                log.error("policy failed for openpi client %s: %s", peer, exc, exc_info=exc.__cause__)
+            else:
+                log.warning("openpi client %s: %s", peer, exc)
+            try:
+                conn.send(f"{type(exc).__name__}: {exc}")
+                conn.close(CloseCode.INTERNAL_ERROR, "Internal server error. Reason in previous frame.")
+            except ConnectionClosed:
+                pass
+        finally:
+            client.session.close()  # the batcher stops waiting for this connection's requests
+
+    def serve_forever(self) -> None:
+        info: dict[str, Any] = {
+            "host": advertised_host(self.bind), "port": self.port, "pid": os.getpid(),
+            "policy": self.policy.name, "ckpt": self.policy.ckpt, "protocol": "openpi",
+        }  # fmt: skip
+        if self.token:
+            info["token"] = self.token
+        write_ready(self.ready_file, info)
+        log.info("serving %s to openpi clients on %s port %d", self.policy.name, self.bind, self.port)
+        # websockets' shutdown() waits for its serve_forever() to return: never in the same thread
+        # (a signal handler calling shutdown() there would deadlock), so accept in another thread.
+        accepting = threading.Thread(target=self._server.serve_forever, daemon=True)
+        accepting.start()
+        try:
+            while not self._stop.wait(0.5):
+                pass
+        finally:
+            self._server.shutdown()
+            accepting.join(10)
+            remove_ready(self.ready_file, os.getpid())
+
+    def shutdown(self) -> None:
+        """Stop serving (safe from a signal handler): serve_forever closes the connections and returns."""
+        self._stop.set()
