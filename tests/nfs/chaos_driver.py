@@ -32,6 +32,7 @@ from harness.config.rundir import RunDir
 from harness.episode.records import check_record, metrics_files, read_tree, record_key
 from harness.queue.listing import scan
 from harness.queue.units import Unit
+from harness.worker.loop import TEMP_PREFIX
 from nfs.facts import REPO, emit, require_nfs
 from support.poolkit import check_finished, make_run, pool_env, stop_group
 
@@ -233,10 +234,11 @@ def freeze(pool: Pool, server: RunDir, units: dict[str, Unit], frozen: dict[str,
 
 
 def episode_running(worker_pid: int) -> int | None:
-    """The seed the worker's sim client is stepping right now (its progress file, fresh), if any."""
-    for path in Path(tempfile.gettempdir()).glob(f"eval-worker-{worker_pid}-*/progress.json"):
+    """The seed the worker's sim client is stepping right now (a slot's progress file, fresh), if any.
+    The sim client writes an episode's start at once and its steps at most every 0.5 s."""
+    for path in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}{worker_pid}-*/progress-*.json"):
         with contextlib.suppress(OSError, ValueError, KeyError):
-            if time.time() - path.stat().st_mtime < 0.3:
+            if time.time() - path.stat().st_mtime < 1.0:
                 return int(json.loads(path.read_text())["seed"])
     return None
 
