@@ -110,7 +110,10 @@ def _render_all(out: Path, banks: dict[str, list[int]], jobs: int, deadline: flo
                 finished = total - len(todo) - len(running)
                 eta = (time.monotonic() - began) / max(finished, 1) * (len(todo) + len(running))
                 state = f"{r['steps']} steps" if r["ok"] else "rendered replay did not succeed: dropped"
-                print(f"[{finished}/{total}] {r['task']} seed {r['seed']}: {state} (ETA {eta:.0f} s)", flush=True)
+                print(
+                    f"[{finished}/{total}] {r['task']} seed {r['seed']}: {state} (ETA {eta:.0f} s)",
+                    flush=True,
+                )
 
 
 def _card(out: Path, tasks: list[str], seed_range: tuple[int, int]) -> dict[str, Any]:
@@ -122,21 +125,31 @@ def _card(out: Path, tasks: list[str], seed_range: tuple[int, int]) -> dict[str,
     return {
         "seed_range": list(seed_range), "tasks": tasks, "bench_config": "clean", "scene": "table",
         "demos": demos, "num_demos": sum(len(v) for v in demos.values()), "samples": samples,
-        "image_res": IMAGE_RES, "camera": knobs.get("PRIMARY_CAM"), "render_size": knobs.get_int("IMAGE_SIZE"),
-        "shader": knobs.get("RENDER_SHADER"),
+        "image_res": IMAGE_RES, "camera": knobs.get("PRIMARY_CAM"),
+        "render_size": knobs.get_int("IMAGE_SIZE"), "shader": knobs.get("RENDER_SHADER"),
     }  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path("data/reference"), help="data dir (default: data/reference)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("data/reference"), help="data dir (default: data/reference)"
+    )
     parser.add_argument("--tasks", nargs="+", default=SHIPPED_TASKS, help="tasks (default: the shipped list)")
     parser.add_argument("--num", type=int, default=40, help="demos per task (default: 40)")
     parser.add_argument("--start", type=int, default=100000, help="first candidate seed (default: 100000)")
-    parser.add_argument("--max-candidates", type=int, default=100, help="candidate seeds per task (default: 100)")
+    parser.add_argument(
+        "--max-candidates", type=int, default=100, help="candidate seeds per task (default: 100)"
+    )
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default: 2)")
-    parser.add_argument("--minutes", type=float, default=0, help="stop rendering new demos after this (0: no limit)")
-    parser.add_argument("--eval-bank", type=Path, default=Path("seeds/maniskill"), help="eval bank to stay clear of")
+    parser.add_argument(
+        "--minutes", type=float, default=0, help="stop rendering new demos after this (0: no limit)"
+    )
+    parser.add_argument(
+        "--eval-bank", type=Path, default=Path("seeds/maniskill"), help="eval bank to stay clear of"
+    )
     args = parser.parse_args(argv)
     if args.num < 1 or args.max_candidates < args.num or args.jobs < 1 or args.start < 0:
         parser.error("need --num >= 1, --max-candidates >= --num, --jobs >= 1, --start >= 0")
@@ -148,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     _render_all(args.out, banks, args.jobs, deadline)
     card = _card(args.out, args.tasks, seed_range)
     write_card(args.out / CARD_NAME, card)
-    print(f"wrote {args.out / CARD_NAME}: {card['num_demos']} demos, {sum(card['samples'].values())} samples; "
-          f"{time.time() - began:.0f} s")  # fmt: skip
+    samples = sum(card["samples"].values())
+    took = time.time() - began
+    print(f"wrote {args.out / CARD_NAME}: {card['num_demos']} demos, {samples} samples; {took:.0f} s")
     return 0
 
 

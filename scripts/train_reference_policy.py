@@ -28,8 +28,8 @@ import torch
 
 from harness.config.failures import run_command
 from harness.episode.bench.maniskill_config import load_table
-from policy.reference.dataset import batch, load_samples, norm_stats
 from policy.reference.datacard import CARD_NAME, write_card
+from policy.reference.dataset import batch, load_samples, norm_stats
 from policy.reference.modeling import ReferenceVLAConfig, ReferenceVLAModel
 from policy.reference.tokenizer import train_tokenizer
 
@@ -45,7 +45,11 @@ def lr_at(step: int, total: int, base: float, warmup: int = 100) -> float:
 
 
 def save_checkpoint(
-    dest: Path, model: ReferenceVLAModel, tokenizer: Any, card: dict[str, Any], extra: dict[str, Any] | None = None
+    dest: Path,
+    model: ReferenceVLAModel,
+    tokenizer: Any,
+    card: dict[str, Any],
+    extra: dict[str, Any] | None = None,
 ) -> None:
     """A complete checkpoint dir, written beside `dest` and renamed into place."""
     tmp = dest.with_name(dest.name + ".tmp")
@@ -68,13 +72,14 @@ def model_card(card: dict[str, Any], info: dict[str, Any]) -> str:
 A small language-conditioned visuomotor policy (policy/reference/modeling.py, `model_type: reference_vla`)
 trained by behaviour cloning on ManiSkill3 expert demos (scripts/train_reference_policy.py).
 
-- Data: {card['num_demos']} expert demos (scripts/collect_training_data.py), seeds in
-  [{card['seed_range'][0]}, {card['seed_range'][1]}) (disjoint from the eval bank seeds/maniskill),
-  `{card['scene']}_{card['bench_config']}`, camera `{card['camera']}` rendered at {card['render_size']} px
-  (`{card['shader']}` shader), area-downsampled to {card['image_res']} px then to the model's resolution.
-- Training: step {info.get('step')} of {info.get('steps')}, batch {info.get('batch')}, lr {info.get('lr')},
-  seed {info.get('seed')}; final L1 loss (normalised targets, mean of the last 100 steps)
-  {info.get('loss', float('nan')):.4f}; {info.get('wall_min', 0):.1f} min of training on {info.get('threads')} CPU threads.
+- Data: {card["num_demos"]} expert demos (scripts/collect_training_data.py), seeds in
+  [{card["seed_range"][0]}, {card["seed_range"][1]}) (disjoint from the eval bank seeds/maniskill),
+  `{card["scene"]}_{card["bench_config"]}`, camera `{card["camera"]}` rendered at {card["render_size"]} px
+  (`{card["shader"]}` shader), area-downsampled to {card["image_res"]} px then to the model's resolution.
+- Training: step {info.get("step")} of {info.get("steps")}, batch {info.get("batch")}, lr {info.get("lr")},
+  seed {info.get("seed")}; final L1 loss (normalised targets, mean of the last 100 steps)
+  {info.get("loss", float("nan")):.4f}; {info.get("wall_min", 0):.1f} min of training on
+  {info.get("threads")} CPU threads.
 
 | task | demos | samples |
 | --- | --- | --- |
@@ -90,7 +95,10 @@ def plot_losses(losses: list[float], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     window = 50
-    smooth = [sum(losses[max(0, i - window + 1) : i + 1]) / (i + 1 - max(0, i - window + 1)) for i in range(len(losses))]
+    smooth = [
+        sum(losses[max(0, i - window + 1) : i + 1]) / (i + 1 - max(0, i - window + 1))
+        for i in range(len(losses))
+    ]
     ax.plot(losses, alpha=0.3, label="L1 loss")
     ax.plot(smooth, label=f"mean of {window}")
     ax.set_xlabel("step"), ax.set_ylabel("loss (normalised targets)"), ax.set_yscale("log"), ax.legend()
@@ -100,7 +108,9 @@ def plot_losses(losses: list[float], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--data", type=Path, default=Path("data/reference"), help="collector output dir")
     parser.add_argument("--out", type=Path, default=Path("data/reference_train"), help="training output dir")
     parser.add_argument("--steps", type=int, default=6000, help="optimizer steps (default: 6000)")
@@ -112,7 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: 2)")
     parser.add_argument("--log-every", type=int, default=25, help="steps between progress lines")
     parser.add_argument(
-        "--stop-after", type=int, default=0, help="save and stop after this step (0: run to --steps); rerun resumes"
+        "--stop-after",
+        type=int,
+        default=0,
+        help="save and stop after this step (0: run to --steps); rerun resumes",
     )
     args = parser.parse_args(argv)
     if args.steps < 1 or args.batch < 1 or not 0 < args.early_fraction < 1 or args.save_every < 1:
@@ -125,18 +138,26 @@ def main(argv: list[str] | None = None) -> int:
     samples, card = load_samples(args.data, config.image_res, config.num_actions)
     instructions = [load_table().task(t).instruction for t in samples.tasks]
     tokenizer = train_tokenizer([t.instruction for t in load_table().tasks.values()])
-    tokens = tokenizer(instructions, padding="longest", max_length=config.max_text_len, truncation=True, return_tensors="pt")
+    tokens = tokenizer(
+        instructions, padding="longest", max_length=config.max_text_len, truncation=True, return_tensors="pt"
+    )
     config = ReferenceVLAConfig(vocab_size=len(tokenizer), norm_stats=norm_stats(samples))
     model = ReferenceVLAModel(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     losses: list[float] = []
     start, wall = 0, 0.0
     last = args.out / "last"
-    run_args = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k not in ("log_every", "stop_after")}
+    run_args = {
+        k: str(v) if isinstance(v, Path) else v
+        for k, v in vars(args).items()
+        if k not in ("log_every", "stop_after")
+    }
     if (last / STATE).is_file():
         state = torch.load(last / STATE, weights_only=False)
         if state["args"] != run_args:
-            raise ValueError(f"{last / STATE}: saved by a run with other arguments {state['args']}; use another --out")
+            raise ValueError(
+                f"{last / STATE}: saved by a run with other arguments {state['args']}; use another --out"
+            )
         model = ReferenceVLAModel.from_pretrained(last, local_files_only=True)
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
@@ -144,8 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         start, losses, wall = state["step"], state["losses"], state["wall_s"]
         print(f"resuming {last} at step {start}", flush=True)
     early_step = max(1, round(args.steps * args.early_fraction))
-    print(f"{len(samples)} samples from {card['num_demos']} demos, {sum(p.numel() for p in model.parameters())} parameters, "
-          f"steps {start}..{args.steps}", flush=True)  # fmt: skip
+    params = sum(p.numel() for p in model.parameters())
+    print(
+        f"{len(samples)} samples, {card['num_demos']} demos, {params} parameters, steps {start}..{args.steps}"
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     model.train()
     began = time.monotonic()
@@ -153,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     for step in range(start, args.steps):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, args.steps, args.lr)
-        loss = model(**batch(samples, tokens["input_ids"], tokens["attention_mask"], args.batch, args.seed, step))["loss"]
+        loss = model(
+            **batch(samples, tokens["input_ids"], tokens["attention_mask"], args.batch, args.seed, step)
+        )["loss"]
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -163,8 +188,11 @@ def main(argv: list[str] | None = None) -> int:
         if done % args.log_every == 0 or done == args.steps:
             rate = (done - start) / (time.monotonic() - began)
             recent = sum(losses[-args.log_every :]) / len(losses[-args.log_every :])
-            print(f"step {done}/{args.steps} loss {recent:.4f} lr {lr_at(step, args.steps, args.lr):.2e} "
-                  f"{rate * args.batch:.0f} samples/s ETA {(args.steps - done) / rate / 60:.1f} min", flush=True)  # fmt: skip
+            eta = (args.steps - done) / rate / 60
+            lr = lr_at(step, args.steps, args.lr)
+            speed = rate * args.batch
+            line = f"step {done}/{args.steps} loss {recent:.4f} lr {lr:.2e} {speed:.0f} samples/s"
+            print(f"{line} ETA {eta:.1f} min", flush=True)
         info = {
             "step": done, "steps": args.steps, "batch": args.batch, "lr": args.lr, "seed": args.seed,
             "threads": args.threads, "loss": sum(losses[-100:]) / len(losses[-100:]),

@@ -73,12 +73,18 @@ def norm_stats(samples: Samples) -> dict[str, list[float]]:
         return x.mean(0).tolist(), x.std(0).clamp(min=floor).tolist()
 
     stats = {}
-    for name, x, floor in (("proprio", samples.proprio, 1e-2), ("goal", samples.goal, 1e-2), ("action", flat, 1e-3)):
+    for name, x, floor in (
+        ("proprio", samples.proprio, 1e-2),
+        ("goal", samples.goal, 1e-2),
+        ("action", flat, 1e-3),
+    ):
         stats[f"{name}_mean"], stats[f"{name}_std"] = pair(x, floor)
     return stats
 
 
-def batch(samples: Samples, token_ids: torch.Tensor, token_mask: torch.Tensor, size: int, seed: int, step: int) -> dict:
+def batch(
+    samples: Samples, token_ids: torch.Tensor, token_mask: torch.Tensor, size: int, seed: int, step: int
+) -> dict:
     """The training batch of `step`: indices and shifts drawn from a generator seeded by (seed, step)."""
     gen = torch.Generator().manual_seed(seed * 1_000_003 + step)
     idx = torch.randint(len(samples), (size,), generator=gen)
@@ -89,6 +95,10 @@ def batch(samples: Samples, token_ids: torch.Tensor, token_mask: torch.Tensor, s
     crops = [padded[i, :, dy : dy + res, dx : dx + res] for i, (dy, dx) in enumerate(shifts.tolist())]
     tasks = samples.task_index[idx]
     return {
-        "pixel_values": torch.stack(crops), "input_ids": token_ids[tasks], "attention_mask": token_mask[tasks],
-        "proprio": samples.proprio[idx], "goal": samples.goal[idx], "labels": samples.actions[idx],
-    }  # fmt: skip
+        "pixel_values": torch.stack(crops),
+        "input_ids": token_ids[tasks],
+        "attention_mask": token_mask[tasks],
+        "proprio": samples.proprio[idx],
+        "goal": samples.goal[idx],
+        "labels": samples.actions[idx],
+    }

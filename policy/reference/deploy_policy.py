@@ -68,7 +68,9 @@ def check_checkpoint(path: Path, action_dim: int, num_actions: int) -> None:
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path / 'config.json'}: not valid JSON: {exc}") from None
     if config.get("model_type") != ReferenceVLAConfig.model_type:
-        raise ValueError(f"{path / 'config.json'}: model_type {config.get('model_type')!r}, expected 'reference_vla'")
+        raise ValueError(
+            f"{path / 'config.json'}: model_type {config.get('model_type')!r}, expected 'reference_vla'"
+        )
     for key, want in (("action_dim", action_dim), ("num_actions", num_actions)):
         if config.get(key) != want:
             raise ValueError(f"{path / 'config.json'}: {key} is {config.get(key)!r}, the policy needs {want}")
@@ -77,7 +79,9 @@ def check_checkpoint(path: Path, action_dim: int, num_actions: int) -> None:
 
         load_file(str(path / "model.safetensors"))
     except Exception as exc:
-        raise ValueError(f"{path / 'model.safetensors'}: corrupt or truncated safetensors file: {exc}") from None
+        raise ValueError(
+            f"{path / 'model.safetensors'}: corrupt or truncated safetensors file: {exc}"
+        ) from None
     try:
         json.loads((path / "tokenizer.json").read_text())
     except (OSError, json.JSONDecodeError) as exc:

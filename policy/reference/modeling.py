@@ -1,4 +1,4 @@
-"""The reference visuomotor policy as a `transformers` model: config + model, registered with the Auto classes.
+"""The reference visuomotor policy as a `transformers` model: a config + model pair, Auto-registered.
 
 Why a real `PreTrainedModel`: the checkpoint is then an ordinary `save_pretrained` directory (config.json,
 model.safetensors) that `AutoModel.from_pretrained(dir, local_files_only=True)` loads, as any VLA
@@ -64,7 +64,9 @@ class ReferenceVLAModel(PreTrainedModel):
     def __init__(self, config: ReferenceVLAConfig) -> None:
         super().__init__(config)
         d = config.d_model
-        self.image_encoder = nn.Sequential(_conv(3, 16, 5), _conv(16, 32, 3), _conv(32, 64, 3), _conv(64, d, 3))
+        self.image_encoder = nn.Sequential(
+            _conv(3, 16, 5), _conv(16, 32, 3), _conv(32, 64, 3), _conv(64, d, 3)
+        )
         grid = -(-config.image_res // 16)
         self.image_pos = nn.Parameter(torch.zeros(1, grid * grid, d))
         self.token_embed = nn.Embedding(config.vocab_size, d)
@@ -117,13 +119,21 @@ class ReferenceVLAModel(PreTrainedModel):
         p = (proprio - self.stat("proprio_mean", proprio)) / self.stat("proprio_std", proprio)
         g = (goal - self.stat("goal_mean", goal)) / self.stat("goal_std", goal)
         tokens = torch.cat(
-            [self.readout.expand(b, -1, -1), self.proprio_embed(p)[:, None], self.goal_embed(g)[:, None], text, image],
+            [
+                self.readout.expand(b, -1, -1),
+                self.proprio_embed(p)[:, None],
+                self.goal_embed(g)[:, None],
+                text,
+                image,
+            ],
             dim=1,
         )
         keep = torch.ones(b, tokens.shape[1], dtype=torch.bool, device=tokens.device)
         keep[:, 3 : 3 + ids.shape[1]] = mask
         hidden = self.norm(self.transformer(tokens, src_key_padding_mask=~keep)[:, 0])
-        pred = self.head(torch.cat([hidden, p, g], dim=-1)).view(b, self.config.num_actions, self.config.action_dim)
+        pred = self.head(torch.cat([hidden, p, g], dim=-1)).view(
+            b, self.config.num_actions, self.config.action_dim
+        )
         out = {"pred": pred}
         if labels is not None:
             out["loss"] = (pred - self.normalise_actions(labels, proprio)).abs().mean()
