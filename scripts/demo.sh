@@ -3,7 +3,7 @@
 # ManiSkill3 seed bank with a local pool of workers (no Slurm) and prints the results table.
 #   bash scripts/demo.sh                      # the reference policy (checkpoints/reference, trained BC)
 #   POLICY=replay bash scripts/demo.sh        # the expert oracle: SR ~100%;  POLICY=hold: the floor, SR 0%
-# Knobs: POLICY, CKPT_NAME (reference's default: reference), EVAL_TEST_NUM (seeds per task, default 3),
+# Knobs: POLICY, CKPT_NAME + EXEC_ACTIONS (reference: reference, 10), EVAL_TEST_NUM (seeds per task, default 3),
 # BENCH_CONFIG, DEMO_NODES (default 2), STUDY_RUN (default demo_<policy>_<config>). Re-running resumes.
 set -euo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,7p' "$0" | cut -c3-; exit 0; fi
@@ -11,7 +11,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 . ./env.sh
 export POLICY="${POLICY:-reference}"
-if [ "$POLICY" = reference ]; then export CKPT_NAME="${CKPT_NAME:-reference}"; fi
+if [ "$POLICY" = reference ]; then  # its checkpoint, re-queried every 10 of its 30 actions
+  export CKPT_NAME="${CKPT_NAME:-reference}" EXEC_ACTIONS="${EXEC_ACTIONS:-10}"
+fi
 export EVAL_TEST_NUM="${EVAL_TEST_NUM:-3}" BENCH_CONFIG="${BENCH_CONFIG:-clean}"
 export STUDY_RUN="${STUDY_RUN:-demo_${POLICY}_${BENCH_CONFIG}}"
 "$SIM_PY" scripts/new_run.py "$STUDY_RUN" --queue seeds/maniskill_queue.txt
