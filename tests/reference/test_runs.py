@@ -66,8 +66,7 @@ def test_a_truncated_checkpoint_stops_the_pool_before_any_episode(tmp_path: Path
 
 @pytest.mark.sim
 def test_the_same_run_twice_gives_the_same_episodes(tmp_path: Path) -> None:
-    (tmp_path / "checkpoints").mkdir()
-    (tmp_path / "checkpoints" / "reference").symlink_to(SHIPPED)
+    shutil.copytree(SHIPPED, tmp_path / "checkpoints" / "reference")
     (tmp_path / "seeds").symlink_to(BANK.parent)
     (tmp_path / "queue.txt").write_text("table PushCube\ntable PullCube\n")
     outcomes = []
