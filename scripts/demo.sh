@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # The main job, from a fresh clone: installs what it needs, then evaluates a policy on the bundled
 # ManiSkill3 seed bank with a local pool of workers (no Slurm) and prints the results table.
-#   bash scripts/demo.sh                      # replay policy (the expert oracle): SR ~100%
-#   POLICY=hold bash scripts/demo.sh          # the do-nothing lower bound: SR 0%
-# Knobs: POLICY, EVAL_TEST_NUM (seeds per task, default 3), BENCH_CONFIG, DEMO_NODES (default 2),
-# STUDY_RUN (default demo_<policy>_<config>). Re-running resumes: finished episodes are not re-run.
+#   bash scripts/demo.sh                      # the reference policy (checkpoints/reference, trained BC)
+#   POLICY=replay bash scripts/demo.sh        # the expert oracle: SR ~100%;  POLICY=hold: the floor, SR 0%
+# Knobs: POLICY, CKPT_NAME + EXEC_ACTIONS (reference: reference, 10), EVAL_TEST_NUM (seeds per task, default 3),
+# BENCH_CONFIG, DEMO_NODES (default 2), STUDY_RUN (default demo_<policy>_<config>). Re-running resumes.
 set -euo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,7p' "$0" | cut -c3-; exit 0; fi
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 . ./env.sh
-export POLICY="${POLICY:-replay}" EVAL_TEST_NUM="${EVAL_TEST_NUM:-3}" BENCH_CONFIG="${BENCH_CONFIG:-clean}"
+export POLICY="${POLICY:-reference}"
+if [ "$POLICY" = reference ]; then  # its checkpoint, re-queried every 10 of its 30 actions
+  export CKPT_NAME="${CKPT_NAME:-reference}" EXEC_ACTIONS="${EXEC_ACTIONS:-10}"
+fi
+export EVAL_TEST_NUM="${EVAL_TEST_NUM:-3}" BENCH_CONFIG="${BENCH_CONFIG:-clean}"
 export STUDY_RUN="${STUDY_RUN:-demo_${POLICY}_${BENCH_CONFIG}}"
 "$SIM_PY" scripts/new_run.py "$STUDY_RUN" --queue seeds/maniskill_queue.txt
 bash scripts/run_local.sh "${DEMO_NODES:-2}" --results "${POLICY}_${BENCH_CONFIG}"
