@@ -139,3 +139,17 @@ def test_cli_by_run_name(tmp_path: Path) -> None:
         timeout=120,
     )
     assert bad.returncode == 2 and "run 'missing' not found" in bad.stderr
+
+
+def test_cells_of_none_and_all_successes_organize_and_chart(tmp_path: Path) -> None:
+    """0/3 and 10/10 cells: statsmodels' Wilson bounds miss the estimate by one ulp there (5.6e-17,
+    0.9999999999999999), which made the chart's error bars negative and organize fail."""
+    run = new_run(tmp_path)
+    records = [record("table", "pick_cube", s, False) for s in range(3)]
+    records += [record("table", "push_cube", s, True) for s in range(10)]
+    write_records(run, records)
+    [out] = organize(Options(str(run.root), "m1", tmp_path / "out"), lambda _: None)
+    assert (out / "results.txt").is_file() and list(out.glob("*.png"))
+    for k, n in [(0, 3), (0, 7), (10, 10), (3, 3)]:
+        lo, hi = wilson(k, n)
+        assert 0 <= lo <= k / n <= hi <= 1
