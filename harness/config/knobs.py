@@ -60,6 +60,7 @@ KNOBS: dict[str, Knob] = {
         Knob("RT_SPP", "1", "ray-tracing samples per pixel (only for rt shaders)"),
         Knob("DENOISER", "none", "ray-tracing denoiser: none, oidn, optix"),
         Knob("RECORD_VIDEO", "1", "1: write videos/seed<N>.mp4 per episode"),
+        Knob("SIM_ENV_CACHE", "2", "built envs a sim process keeps for later seeds: 0 (off) to 64", False),
         Knob(
             "SIM_PIN",
             "",

@@ -33,6 +33,7 @@ from harness.config.manifest import ContractMismatch
 from harness.config.paths import run_dir
 from harness.config.plan import run_units
 from harness.config.rundir import RunDir
+from harness.episode.bench.maniskill_cache import cache_size
 from harness.episode.records import read_tree
 from harness.queue import slurmjob
 from harness.queue.lease import Lease
@@ -115,6 +116,7 @@ class Worker:
             count = slot_count.parse(knobs.get("SIMS_PER_WORKER"))
             if knobs.get_bool("SIM_AS_SERVER") and count != 1:
                 raise ValueError("knob SIMS_PER_WORKER: must be 1 with SIM_AS_SERVER=1 (one listening sim)")
+            cache_size()  # SIM_ENV_CACHE: refused here, not in every sim process
             self.verify()
             self.units = run_units(self.run)  # a bad queue file or seed bank: refused
             self.add_slot()

@@ -201,3 +201,12 @@ def test_sim_slots_are_batched_together_by_their_model_server(tmp_path: Path) ->
     calls, items, largest = map(int, stats[-1])
     assert items == 4 * 2 * 4  # 4 units x 2 seeds x 4 queries (16 steps, chunks of 4)
     assert largest > 1 and calls < items, stats[-1]
+
+
+def test_a_bad_env_cache_size_is_refused_naming_the_knob(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run", [("s", "t0")])
+    log = tmp_path / "w0.log"
+    assert _run_worker(pool_env(run, SIM_ENV_CACHE="-1"), log, timeout=60) == 2
+    text = log.read_text()
+    assert "refusing to run: knob SIM_ENV_CACHE='-1': expected an integer 0..64 (0 = off)" in text
+    assert "Traceback" not in text

@@ -5,11 +5,13 @@ Actions arrive in the ACTION_CONVENTION (harness.episode.bench.conventions: abso
 `pd_ee_delta_pose`, `pd_joint_pos`); proprio is the arm's state laid out like an absolute action of the
 convention, so `hold` (proprio echoed as the action) keeps the robot still in ee6d and joint_pos.
 Render settings come from the knobs (IMAGE_SIZE, RENDER_SHADER, RT_SPP, DENOISER) and are part of
-the run's contract.
+the run's contract. Built envs of seed-free levels are kept for the process's next episodes of the
+same (task, task_config) (SIM_ENV_CACHE, `maniskill_cache`).
 """
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import numpy as np
@@ -18,6 +20,7 @@ from harness.config import knobs
 from harness.episode.bench import ExpertResult
 from harness.episode.bench.conventions import get_convention
 from harness.episode.bench.maniskill_actions import arm_state, check_controller, controller_input
+from harness.episode.bench.maniskill_cache import EnvCache, cache_size
 from harness.episode.bench.maniskill_config import LevelSpec, TaskSpec, load_table
 from harness.episode.bench.maniskill_env import configure_ray_tracing, make_env
 
@@ -26,6 +29,11 @@ class ManiSkillBenchmark:
     def __init__(self) -> None:
         import mani_skill
         import sapien
+
+        # ManiSkill runs a full gc.collect() whenever an env's scene is cleared (for GPU memory): in
+        # a process holding torch and SAPIEN that is ~90 ms, twice an episode. Freezing the heap
+        # imported so far leaves those collections only the objects made since (the envs): 0.1 ms.
+        gc.freeze()
 
         self.table = load_table()
         self.version = f"mani-skill=={mani_skill.__version__} sapien=={sapien.__version__}"
@@ -36,6 +44,7 @@ class ManiSkillBenchmark:
         self.convention = get_convention(knobs.get("ACTION_CONVENTION"))
         self.action_convention = self.convention.name
         configure_ray_tracing(self.shader, knobs.get_int("RT_SPP"), knobs.get("DENOISER"))
+        self.envs = EnvCache(cache_size())
 
     def tasks(self) -> list[str]:
         return list(self.table.tasks)
@@ -67,13 +76,22 @@ class ManiSkillEpisode:
         self._video_cam = bench.video_cam
         self.convention = bench.convention
         control_mode = self.convention.control_mode
-        self.env = make_env(
-            task, level, seed, threshold=bench.table.collision_impulse,
-            obs_mode="rgb" if render else "state_dict", control_mode=control_mode, render=render,
-            image_size=bench.image_size, shader=bench.shader,
-        )  # fmt: skip
+        key = (task.name, level.name, render)
+        self._cache = (bench.envs, key)
+        self.env = bench.envs.take(key)
+        rebuild = None
+        if self.env is None:
+            self.env = make_env(
+                task, level, seed, threshold=bench.table.collision_impulse,
+                obs_mode="rgb" if render else "state_dict", control_mode=control_mode, render=render,
+                image_size=bench.image_size, shader=bench.shader,
+            )  # fmt: skip
+        else:  # the cached env rebuilds its scene for this seed: a fresh PhysX scene, same env object
+            self.env.bench_seed = seed
+            rebuild = {"reconfigure": True}
+        self._intact = False  # the env may go back to the cache only after a reset and steps that all ended
         try:
-            self._obs, self._info = self.env.reset(seed=seed)
+            self._obs, self._info = self.env.reset(seed=seed, options=rebuild)
             self.cameras = self._camera_order(bench.primary_cam) if render else []
             self.agents = _arm_agents(self.env)
             for agent in self.agents:
@@ -81,6 +99,7 @@ class ManiSkillEpisode:
         except BaseException:
             self.env.close()
             raise
+        self._intact = True
         self.action_dim = self.convention.arm_dim * len(self.agents)
         self.initial_success = self.success()
         self.spec = {
@@ -125,7 +144,9 @@ class ManiSkillEpisode:
             command: Any = arms[0]
         else:
             command = dict(zip(self.env.agent.agents_dict, arms, strict=True))
+        self._intact = False
         self._obs, _, _, _, self._info = self.env.step(command)
+        self._intact = True
 
     def success(self) -> bool:
         return bool(_np(self._info["success"]).reshape(-1)[0])
@@ -145,7 +166,11 @@ class ManiSkillEpisode:
         return _np(self._obs["sensor_data"][self._video_cam]["rgb"][0]).astype(np.uint8)
 
     def close(self) -> None:
-        self.env.close()
+        if self._cache is not None and self._intact:
+            cache, key = self._cache
+            cache.give(key, self.env)
+        else:
+            self.env.close()
 
 
 def _arm_agents(env: Any) -> list[Any]:

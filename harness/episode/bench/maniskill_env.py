@@ -133,6 +133,7 @@ def _benchmark_class(task_cls: type) -> type:
 
         def _load_scene(self, options: dict) -> None:
             super()._load_scene(options)
+            self.distractors = []  # a reconfigure (a cached env's next seed) builds them anew
             rng = self.bench_rng(3)
             for index in range(self.bench_level.distractors):
                 half = rng.uniform(0.012, 0.03, 3)
