@@ -9,8 +9,9 @@ stdout. Everything else on stdout is the unit's log. Stdin closed: the process e
 
 A unit runs exactly as the one-shot CLI runs it (`run_job`): the code check against the run's
 contract, a fresh connection to the model server, then `SimClient`. Only the benchmark object (and
-with it the imports and the render system) outlives the unit; episodes are still built fresh per
-seed (a reused ManiSkill env drifts, see `harness.episode.bench.maniskill_env`).
+with it the imports, the render system and its kept envs, SIM_ENV_CACHE) outlives the unit. Before
+its first job the process warms the benchmark up (`warm_up`, where the adapter has one: ManiSkill
+renders a first frame), which the worker overlaps with its model server's load.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -114,6 +116,21 @@ def answer(out: IO[str], returncode: int) -> None:
     out.flush()
 
 
+def warm_up(bench: Benchmark, complain: Callable[[str], None]) -> float | None:
+    """Run the adapter's optional `warm_up()` (the renderer's start-up, paid before any unit); its
+    seconds, or None. A failure is said and left to the first episode, which records it."""
+    warm = getattr(bench, "warm_up", None)
+    if warm is None:
+        return None
+    started = time.monotonic()
+    try:
+        warm()
+    except Exception as exc:
+        complain(f"eval_policy_client: warm-up failed (the first episode records why): {exc}")
+        return None
+    return time.monotonic() - started
+
+
 def serve(
     bench: Benchmark, ready_file: Path, connect_timeout: float, worker_pid: int | None,
     jobs: IO[str] = sys.stdin, out: IO[str] = sys.stdout,
@@ -124,6 +141,7 @@ def serve(
         out.write(line + "\n")
         out.flush()
 
+    warm_up(bench, lambda line: print(line, file=sys.stderr, flush=True))
     for line in jobs:
         if not line.strip():
             continue

@@ -127,6 +127,7 @@ class Worker:
         slots = f"{count or 'auto'} sim slots"
         self.log(f"run {self.run.root}: {len(self.units)} units; {slots}; allocation ends {end or 'never'}")
         try:
+            self.slots[0].sim.start()  # its imports and renderer start-up overlap the model's load
             info = self.server.ensure(knobs.get_float("MODEL_START_TIMEOUT"))
             mode = "dials each sim client" if self.server.sim_listens else f"listens on {info['port']}"
             self.log(f"model server pid {info['pid']} loaded {info['policy']} ({mode})")

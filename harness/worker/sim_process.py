@@ -64,6 +64,10 @@ class SimProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def start(self) -> None:
+        """Start the process before its first unit (it warms its renderer meanwhile)."""
+        self._ensure()
+
     def _ensure(self) -> subprocess.Popen:
         if self.proc is not None and self.proc.poll() is None:
             return self.proc

@@ -71,6 +71,16 @@ def test_a_reused_env_renders_what_a_fresh_one_does(monkeypatch) -> None:
 
 
 @pytest.mark.sim
+def test_warm_up_renders_once_and_keeps_the_env_for_the_first_episode(monkeypatch) -> None:
+    bench = _bench(monkeypatch, "2")
+    monkeypatch.setenv("BENCH_CONFIG", "clean")
+    bench.warm_up()
+    assert len(bench.envs) == 1
+    bench.make_episode(bench.tasks()[0], "clean", 5).close()
+    assert bench.envs.reused == 1
+
+
+@pytest.mark.sim
 def test_an_env_whose_step_failed_is_not_kept(monkeypatch) -> None:
     bench = _bench(monkeypatch, "2")
     episode = bench.make_episode("PickCube", "clean", 0, render=False)

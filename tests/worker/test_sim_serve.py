@@ -26,3 +26,43 @@ def test_each_job_line_gets_one_answer_and_a_bad_line_is_named(tmp_path: Path) -
     assert "seeds must be a non-empty list of integers, got []" in text
     assert "job line lacks run_dir, task, seeds, writer_id" in text
     assert "cannot start" in text and "no-server.json" in text  # the good job: no model server there
+
+
+class _Jobs(io.StringIO):
+    """Job lines that note when the first one is read."""
+
+    def __init__(self, text: str, seen: list[str]) -> None:
+        super().__init__(text)
+        self.seen = seen
+
+    def __iter__(self):
+        self.seen.append("first job read")
+        return super().__iter__()
+
+
+class _WarmBench(FastBench):
+    def __init__(self, seen: list[str], fail: bool = False) -> None:
+        super().__init__()
+        self.seen, self.fail = seen, fail
+
+    def warm_up(self) -> None:
+        self.seen.append("warm-up")
+        if self.fail:
+            raise RuntimeError("no Vulkan device")
+
+
+def test_the_benchmark_warms_up_before_the_first_job(tmp_path: Path, capsys) -> None:
+    seen: list[str] = []
+    out = io.StringIO()
+    assert serve(_WarmBench(seen), tmp_path / "none.json", 0.3, None, _Jobs("not json\n", seen), out) == 0
+    assert seen == ["warm-up", "first job read"]
+    assert [a["returncode"] for a in _answers(out.getvalue())] == [2]
+
+
+def test_a_failed_warm_up_is_said_and_the_jobs_still_run(tmp_path: Path, capsys) -> None:
+    seen: list[str] = []
+    out = io.StringIO()
+    bench = _WarmBench(seen, fail=True)
+    assert serve(bench, tmp_path / "none.json", 0.3, None, _Jobs("not json\n", seen), out) == 0
+    assert "warm-up failed (the first episode records why): no Vulkan device" in capsys.readouterr().err
+    assert [a["returncode"] for a in _answers(out.getvalue())] == [2]

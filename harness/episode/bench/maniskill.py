@@ -62,6 +62,11 @@ class ManiSkillBenchmark:
         spec, level = self.table.task(task), self.table.level(bench_config)
         return ManiSkillEpisode(self, spec, level, int(seed), render)
 
+    def warm_up(self) -> None:
+        """Build and render the first task at BENCH_CONFIG once: the renderer's 6-8 s start-up is paid
+        here, before any unit (the env is kept for that task's first episode)."""
+        self.make_episode(self.tasks()[0], knobs.get("BENCH_CONFIG"), 0).close()
+
     def expert(self, task: str, bench_config: str, seed: int) -> ExpertResult:
         from harness.episode.bench.maniskill_expert import run_expert
 

@@ -2,14 +2,17 @@
 requests) and returns zeros, so queue and worker tests exercise a real model server without a model.
 
 SLEEP_POLICY_DIE_ONCE=<path>: the first server to load (the one that creates <path>) exits on its
-own once it has published its ready file and a sim client for it has been started, before that
-client connects: the worker checked the server alive, then it died, leaving a stale ready file.
+own as soon as a sim client for it has taken its first job (seen blocked reading its stdin, then
+not), holding that client stopped for 0.5 s so it dials only after the death: the worker checked
+the server alive, then it died, leaving a stale ready file.
 SLEEP_POLICY_DIE_AT_SEED=<path>:<seed>: the first server to see an observation of <seed> (and create
 <path>) exits there, mid-episode."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -31,22 +34,40 @@ class Sleeper:
         return np.zeros((len(proprio), *self.shape), np.float32)
 
 
-def _exit_once_a_client_starts() -> None:
+def _exit_once_a_client_has_its_job() -> None:
     ready = sys.argv[sys.argv.index("--ready-file") + 1]
-    while not (Path(ready).exists() and _client_started(ready)):
+    pid = None
+    while pid is None:
+        pid = next(iter(_clients(ready)), None)
         time.sleep(0.005)
-    os._exit(1)
+    waiting = False
+    while True:  # no sleep: the client dials about a millisecond after it reads its job
+        if _reading_stdin(pid):
+            waiting = True
+        elif waiting:
+            os.kill(int(pid), signal.SIGSTOP)
+            subprocess.Popen(["sh", "-c", f"sleep 0.5; kill -CONT {pid}"], start_new_session=True)
+            os._exit(1)
 
 
-def _client_started(ready: str) -> bool:
+def _clients(ready: str) -> list[str]:
+    pids = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             args = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue
         if any(a.endswith(b"eval_policy_client.py") for a in args) and ready.encode() in args:
-            return True
-    return False
+            pids.append(cmdline.parent.name)
+    return pids
+
+
+def _reading_stdin(pid: str) -> bool:
+    """The process's main thread is in read(0, ...) (x86-64 syscall 0 on fd 0)."""
+    try:
+        return Path(f"/proc/{pid}/syscall").read_text().split()[:2] == ["0", "0x0"]
+    except OSError:
+        return False
 
 
 def get_model(usr_args: dict[str, Any]) -> Sleeper:
@@ -58,7 +79,7 @@ def get_model(usr_args: dict[str, Any]) -> Sleeper:
         except FileExistsError:
             pass
         else:
-            threading.Thread(target=_exit_once_a_client_starts, daemon=True).start()
+            threading.Thread(target=_exit_once_a_client_has_its_job, daemon=True).start()
     return Sleeper(usr_args)
 
 
