@@ -16,7 +16,7 @@ from harness.config.manifest import Manifest, ManifestError
 from harness.config.paths import bundle_root, resolve_checkpoint
 from harness.config.rundir import read_queue
 from harness.episode.bench import load_benchmark
-from harness.model.policyload import PolicyError, policy_dir, stated_conventions
+from harness.model.wrapper import PolicyError, policy_dir, stated_conventions
 from harness.wire.errors import WireError
 from harness.wire.protocol import check_specs
 

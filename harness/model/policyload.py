@@ -7,12 +7,8 @@ arguments of `model.generate_actions(...)`, which returns [B, num_actions, actio
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import logging
-import os
-import re
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,47 +17,21 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
-import yaml
 
-from harness.config import knobs
-from harness.config.failures import Refused
-from harness.config.paths import CODE_ROOT, resolve_checkpoint
+from harness.config.paths import resolve_checkpoint
 from harness.model.batcher import Batcher, Member
 from harness.model.collate import collate
 from harness.model.seeding import rng_seed, seed_global_rngs
+from harness.model.wrapper import (
+    PolicyError,
+    action_conventions,
+    batch_settings,
+    import_wrapper,
+    policy_dir,
+    settings,
+)
 
 log = logging.getLogger("model_server")
-
-MAX_BATCH_WAIT_MS = 1000  # a longer bound would only hide a stalled sim behind every batch
-
-
-class PolicyError(Refused):
-    """A policy that cannot be loaded, or whose output breaks the contract."""
-
-
-def policy_dir(name: str) -> Path:
-    """`name` under $EVAL_ROOT/policy/, or a directory path (test doubles live under tests/)."""
-    if "/" in name:
-        path = Path(name).resolve()
-    elif re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        path = Path(os.environ.get("EVAL_ROOT") or CODE_ROOT) / "policy" / name
-    else:
-        raise PolicyError(f"policy name {name!r}: expected a name under policy/ or a directory path")
-    if not (path / "deploy_policy.py").is_file():
-        raise PolicyError(f"policy {name!r}: no deploy_policy.py in {path}")
-    return path
-
-
-def parse_override(item: str) -> tuple[str, Any]:
-    """`key=value` with a YAML value (numbers, booleans, lists), so overrides type like the yml."""
-    key, sep, value = item.partition("=")
-    if not sep or not key.strip():
-        raise PolicyError(f"override {item!r}: expected key=value")
-    try:
-        return key.strip(), yaml.safe_load(value)
-    except yaml.YAMLError as exc:
-        raise PolicyError(f"override {item!r}: value is not valid YAML: {exc}") from None
-
 
 @dataclass
 class Request:
@@ -213,7 +183,7 @@ def _log_retry(policy: str, size: int, exc: Exception) -> None:
 def load_policy(name: str, ckpt: str = "", overrides: list[str] | None = None) -> LoadedPolicy:
     """Import the wrapper and call get_model once with the yml + overrides + ckpt_path."""
     directory = policy_dir(name)
-    yml, usr_args = _settings(directory, overrides)
+    yml, usr_args = settings(directory, overrides)
     ckpt_path = resolve_checkpoint(ckpt)
     if ckpt and ckpt_path is None:
         raise PolicyError(f"checkpoint {ckpt!r}: neither a path nor a directory under $BUNDLE/checkpoints")
@@ -222,7 +192,7 @@ def load_policy(name: str, ckpt: str = "", overrides: list[str] | None = None) -
     for key in ("action_dim", "num_actions"):
         if not isinstance(usr_args.get(key), int):
             raise PolicyError(f"policy {directory.name}: setting {key!r} must be an integer in {yml}")
-    module = _import(directory)
+    module = import_wrapper(directory)
     try:
         model = module.get_model(usr_args)
     except Exception as exc:
@@ -236,7 +206,7 @@ def load_policy(name: str, ckpt: str = "", overrides: list[str] | None = None) -
     }
     if usr_args.get("image_size") is not None:
         spec["image_size"] = usr_args["image_size"]
-    spec["action"] = _action_conventions(usr_args.get("action_convention"), yml)
+    spec["action"] = action_conventions(usr_args.get("action_convention"), yml)
     max_batch, max_wait_s = batch_settings(usr_args, yml)
     return LoadedPolicy(
         directory.name,
@@ -249,62 +219,3 @@ def load_policy(name: str, ckpt: str = "", overrides: list[str] | None = None) -
         batched=max_batch is not None,
         max_wait_s=max_wait_s,
     )
-
-
-def batch_settings(usr_args: dict[str, Any], yml: Path) -> tuple[int | None, float]:
-    """(the wrapper's max_batch capped by MODEL_MAX_BATCH, or None when it declares none; the wait
-    bound in seconds), each checked with an error that names the setting or knob."""
-    declared = usr_args.get("max_batch")
-    if declared is not None and (not isinstance(declared, int) or isinstance(declared, bool) or declared < 1):
-        raise PolicyError(
-            f"policy {yml.parent.name}: setting 'max_batch' must be an integer >= 1 "
-            f"in {yml} or --set, got {declared!r}"
-        )
-    try:
-        cap = knobs.get_int("MODEL_MAX_BATCH", minimum=0)
-        wait_ms = knobs.get_float("MODEL_BATCH_WAIT_MS")
-    except ValueError as exc:
-        raise PolicyError(str(exc)) from None
-    if not 0 <= wait_ms <= MAX_BATCH_WAIT_MS:
-        raise PolicyError(f"knob MODEL_BATCH_WAIT_MS={wait_ms:g}: expected 0 to {MAX_BATCH_WAIT_MS} ms")
-    if declared is not None and cap:
-        declared = min(declared, cap)
-    return declared, wait_ms / 1000
-
-
-def _settings(directory: Path, overrides: list[str] | None) -> tuple[Path, dict[str, Any]]:
-    """The wrapper's deploy_policy.yml settings with `overrides` applied (and the yml's path)."""
-    yml = directory / "deploy_policy.yml"
-    usr_args = (yaml.safe_load(yml.read_text()) if yml.is_file() else None) or {}
-    if not isinstance(usr_args, dict):
-        raise PolicyError(f"{yml}: expected a mapping of settings")
-    usr_args.update(parse_override(item) for item in overrides or [])
-    return yml, usr_args
-
-
-def stated_conventions(name: str, overrides: list[str] | None = None) -> list[str]:
-    """The action conventions wrapper `name` states it emits (yml + overrides), without loading it."""
-    yml, usr_args = _settings(policy_dir(name), overrides)
-    return _action_conventions(usr_args.get("action_convention"), yml)
-
-
-def _action_conventions(value: Any, yml: Path) -> list[str]:
-    """The conventions a wrapper's actions are in (`action_convention`: a name or a list; default ee6d)."""
-    names = ["ee6d"] if value is None else [value] if isinstance(value, str) else value
-    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
-        raise PolicyError(f"{yml}: action_convention must be a convention name or a list, got {value!r}")
-    return names
-
-
-def _import(directory: Path) -> ModuleType:
-    file = directory / "deploy_policy.py"
-    spec = importlib.util.spec_from_file_location(f"deploy_policy_{directory.name}", file)
-    if spec is None or spec.loader is None:
-        raise PolicyError(f"cannot import {file}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # as a normal import would: dataclasses and pickle look it up
-    spec.loader.exec_module(module)
-    for attr in ("get_model", "encode_obs", "reset_model"):
-        if not callable(getattr(module, attr, None)):
-            raise PolicyError(f"{file}: missing function {attr}()")
-    return module

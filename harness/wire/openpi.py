@@ -19,6 +19,7 @@ import numpy as np
 from harness.wire import wsconn
 from harness.wire.arrays import ALLOWED_KINDS, from_buffer, parse_dtype, to_wire
 from harness.wire.errors import WireError
+from harness.wire.peermsgpack import unpack_map
 
 _ND, _NPG = b"__ndarray__", b"__npgeneric__"
 
@@ -49,10 +50,6 @@ def _unpack_hook(obj: dict[Any, Any]) -> Any:
     return obj
 
 
-def _refuse_ext(code: int, data: bytes) -> Any:
-    raise WireError(f"msgpack extension type {code} refused")
-
-
 def packb(obj: Any) -> bytes:
     """One openpi frame body (what `openpi_client.msgpack_numpy.packb` would produce)."""
     return msgpack.packb(obj, default=_pack_default, use_bin_type=True)
@@ -60,17 +57,7 @@ def packb(obj: Any) -> bytes:
 
 def unpackb(body: bytes | bytearray | memoryview, what: str = "frame") -> dict[str, Any]:
     """The map in one openpi frame body; `what` names the frame in the error (e.g. "metadata frame")."""
-    try:
-        msg = msgpack.unpackb(
-            body, raw=False, object_hook=_unpack_hook, ext_hook=_refuse_ext, strict_map_key=False
-        )
-    except WireError as exc:
-        raise WireError(f"openpi {what}: {exc}") from None
-    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
-        raise WireError(f"openpi {what} is not msgpack: {type(exc).__name__}: {exc}") from None
-    if not isinstance(msg, dict):
-        raise WireError(f"openpi {what} must be a msgpack map, got {type(msg).__name__}")
-    return msg
+    return unpack_map(body, f"openpi {what}", _unpack_hook, strict_map_key=False)
 
 
 class OpenpiConnection:

@@ -19,6 +19,7 @@ import numpy as np
 from harness.wire import wsconn
 from harness.wire.arrays import from_buffer, to_wire
 from harness.wire.errors import RemoteError, WireError
+from harness.wire.peermsgpack import unpack_map
 
 PROTOCOL_VERSION = 1
 HELLO, OBSERVATION, ACTION = "hello", "observation", "action"
@@ -51,10 +52,6 @@ def _unpack_hook(obj: dict[str, Any]) -> Any:
     return obj
 
 
-def _refuse_ext(code: int, data: bytes) -> Any:
-    raise WireError(f"msgpack extension type {code} refused")
-
-
 def pack_message(kind: str, payload: dict[str, Any], seq: int) -> bytes:
     """One vla-eval frame body."""
     raw = {"type": kind, "payload": payload, "seq": int(seq), "timestamp": time.time()}
@@ -63,14 +60,7 @@ def pack_message(kind: str, payload: dict[str, Any], seq: int) -> bytes:
 
 def unpack_message(body: bytes | bytearray | memoryview) -> tuple[str, Any, int]:
     """(type, payload, seq) of one vla-eval frame, after checking its fields."""
-    try:
-        raw = msgpack.unpackb(body, raw=False, object_hook=_unpack_hook, ext_hook=_refuse_ext)
-    except WireError as exc:
-        raise WireError(f"vla-eval frame: {exc}") from None
-    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
-        raise WireError(f"vla-eval frame is not msgpack: {type(exc).__name__}: {exc}") from None
-    if not isinstance(raw, dict):
-        raise WireError(f"vla-eval frame must be a msgpack map, got {type(raw).__name__}")
+    raw = unpack_map(body, "vla-eval frame", _unpack_hook)
     missing = [k for k in ("type", "payload", "seq") if k not in raw]
     if missing:
         raise WireError(f"vla-eval frame lacks {missing}: got keys {sorted(map(str, raw))[:8]}")

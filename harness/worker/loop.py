@@ -42,9 +42,9 @@ from harness.queue.units import Unit
 from harness.worker import children, slot_count
 from harness.worker.external_server import ExternalServer
 from harness.worker.model_server_process import ModelServerError, ModelServerProcess
-from harness.worker.sim_process import SimOutcome, read_progress
+from harness.worker.sim_process import read_progress
 from harness.worker.sim_slot import SimSlot, open_slot
-from harness.worker.unit_records import finished_seeds, missing_seeds, now_iso, record_errored
+from harness.worker.unit_records import finished_seeds, missing_seeds, now_iso
 from harness.worker.worklog import WorkerLog
 
 MAX_SERVER_RESTARTS = 3  # a model server that keeps dying stops its worker (exit 1), not the run
@@ -261,35 +261,12 @@ class Worker:
                 if str(records.get((unit.task, unit.task_config, s), {}).get("finished_at", "")) >= since
             }
             wall_s = time.monotonic() - started
-            error = self.after_sim(slot, unit, outcome, todo, recorded, info, wall_s) or error
+            error = slot.settle(self.run, unit, outcome, todo, recorded, info, wall_s) or error
             attempted = recorded | ({outcome.seed} if outcome.seed is not None else set())
             if not attempted & set(todo) or outcome.killed == "unit timeout":
                 break  # the client could not run at all, or the unit is out of time
             todo = [s for s in todo if s not in attempted]
         return error
-
-    def after_sim(
-        self, slot: SimSlot, unit: Unit, outcome: SimOutcome, todo: list[int], recorded: set[int],
-        info: dict, wall_s: float,
-    ) -> str | None:  # fmt: skip
-        """Log the unit's end; record the running episode as errored if the sim process was killed."""
-        log = slot.log
-        if outcome.returncode == 0 and outcome.killed is None:
-            log(f"sim client finished {len(todo)} seeds", unit)
-            return None
-        why = outcome.killed or f"sim client exited with {outcome.returncode}"
-        if outcome.killed == "cancelled":
-            log("sim client stopped", unit, outcome.seed)
-            return None
-        seed = outcome.seed
-        if seed is None:  # killed before its first step: the first seed without a record was running
-            seed = next((s for s in todo if s not in recorded), None)
-        if seed is not None and seed not in recorded:
-            record_errored(self.run, unit, seed, why, info, slot.writer_id, wall_s)
-            log(f"{why}: episode recorded as errored", unit, seed)
-        else:
-            log(f"{why}: no episode was running, nothing recorded", unit, seed)
-        return why
 
     def sim_line_logger(self, slot: SimSlot, unit: Unit) -> Callable[[str], None]:
         """The sim process's output goes into this worker's log, each line tagged with unit and seed."""

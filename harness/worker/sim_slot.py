@@ -19,7 +19,8 @@ from harness.config.rundir import RunDir
 from harness.queue.leases import LeaseQueue
 from harness.queue.units import Unit
 from harness.worker.model_server_process import ModelServerProcess
-from harness.worker.sim_process import SimProcess
+from harness.worker.sim_process import SimOutcome, SimProcess
+from harness.worker.unit_records import record_errored
 from harness.worker.worklog import WorkerLog
 
 
@@ -52,6 +53,29 @@ class SimSlot:
         """True when this slot's sim process already ran `unit`'s task and config."""
         return (unit.task, unit.task_config) in self.held
 
+    def settle(
+        self, run: RunDir, unit: Unit, outcome: SimOutcome, todo: list[int], recorded: set[int],
+        info: dict, wall_s: float,
+    ) -> str | None:  # fmt: skip
+        """Log how the sim process ended `todo`; record the running episode as errored when it was
+        killed or exited mid-episode. What went wrong (None when the unit ran or was cancelled)."""
+        if outcome.returncode == 0 and outcome.killed is None:
+            self.log(f"sim client finished {len(todo)} seeds", unit)
+            return None
+        why = outcome.killed or f"sim client exited with {outcome.returncode}"
+        if outcome.killed == "cancelled":
+            self.log("sim client stopped", unit, outcome.seed)
+            return None
+        seed = outcome.seed
+        if seed is None:  # killed before its first step: the first seed without a record was running
+            seed = next((s for s in todo if s not in recorded), None)
+        if seed is not None and seed not in recorded:
+            record_errored(run, unit, seed, why, info, self.writer_id, wall_s)
+            self.log(f"{why}: episode recorded as errored", unit, seed)
+        else:
+            self.log(f"{why}: no episode was running, nothing recorded", unit, seed)
+        return why
+
     def job(self, run_dir: Path, unit: Unit, seeds: list[int]) -> dict:
         """The job line of `seeds` of `unit` (harness/episode/simserver.py reads it)."""
         return {
@@ -65,7 +89,8 @@ def open_slot(
     server: ModelServerProcess, tmp: Path,
 ) -> SimSlot:  # fmt: skip
     """Slot `index` of the worker that logs to `worker_log`: its lease queue over `units`, its
-    progress file in `tmp`, its sim process (started at its first unit) dialling `server`."""
+    progress file in `tmp`, its sim process (started at its first unit, or by `start()`) dialling
+    `server`."""
     wid = writer_id(worker_log.worker_id, index)
     log = worker_log if index == 0 else WorkerLog(wid)
     held: set[tuple[str, str]] = set()

@@ -4,9 +4,7 @@ sim client; and each bad input refused before any episode with one error naming 
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +18,7 @@ from harness.model.policyload import load_policy
 from harness.model.session import Session
 from harness.wire import protocol
 from harness.wire.errors import WireError
+from support.poolkit import debug_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 MIKASA = "vla-eval:vla_eval.benchmarks.mikasa:MIKASABenchmark"
@@ -42,26 +41,12 @@ def test_replay_runs_a_mikasa_episode_through_the_real_worker_and_resumes(tmp_pa
     trace = np.zeros((6, 8), np.float32)
     trace[:, 0] = 0.05  # a small turn of joint 1 per step (joint deltas)
     np.savez(bank / "mikasa_clean.traces.npz", seed0=trace)
-    queue = tmp_path / "queue.txt"
-    queue.write_text(f"mikasa {TASK}\n")
-    env = dict(
-        os.environ, PYTHONPATH=str(ROOT), EVAL_ROOT=str(ROOT), BUNDLE=str(ROOT), RUNS_ROOT=str(tmp_path)
-    )
-    env.update(
+    argv, env = debug_worker(
+        tmp_path, "mk", f"mikasa {TASK}\n",
         BENCHMARK=MIKASA, BENCH_PARAMS=PARAMS, POLICY="replay", USE_EVAL_SEEDS="0", EVAL_TEST_NUM="1",
         SEEDS_ROOT=str(tmp_path / "bank"), POLICY_ARGS=f"action_dim=8 action_convention={CONVENTION}",
     )  # fmt: skip
     env.pop("ACTION_CONVENTION", None)
-    env.setdefault("MODEL_PY", str(ROOT / "envs" / "model" / "bin" / "python"))
-    env.setdefault("SIM_PY", sys.executable)
-    argv = [
-        sys.executable,
-        str(ROOT / "scripts" / "eval_one_worker.py"),
-        "--run",
-        "mk",
-        "--queue",
-        str(queue),
-    ]
     result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     records = read_tree(RunDir(tmp_path / "mk").results).records

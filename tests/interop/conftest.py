@@ -1,5 +1,6 @@
-"""Servers of other ecosystems for the interop tests: vla-eval's own `run_server` with the test double
-in vla_hold_server.py, and a sim-client runner that points POLICY_SERVER at them."""
+"""Servers for the interop tests: vla-eval's own `run_server` with the test double in
+vla_hold_server.py, our model server in openpi mode, and a sim-client runner that points
+POLICY_SERVER at them."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.wirekit import REPO, stop_process
+from harness.wire.readyfile import read_ready
+from tests.support.wirekit import REPO, model_python, start_server_process, stop_process, wait_for
 
 VLA_SERVER = REPO / "tests" / "interop" / "vla_hold_server.py"
 
@@ -60,6 +62,22 @@ def vla_server(tmp_path: Path) -> Iterator[Callable[[str], str]]:
     for proc in procs:
         if proc.poll() is None:
             stop_process(proc)
+
+
+@pytest.fixture
+def openpi_mode_server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, Path, dict]]:
+    """Our model server (in the model env) serving `hold` with MODEL_SERVER_PROTOCOL=openpi:
+    (its process, its ready file, the ready file's fields); stopped at the end."""
+    python = model_python()
+    assert python, "envs/model is missing"
+    ready, log = tmp_path / "ready.json", tmp_path / "server.log"
+    proc = start_server_process(python, ready, ["--policy", "hold"], log, {"MODEL_SERVER_PROTOCOL": "openpi"})
+    try:
+        wait_for(lambda: ready.exists() or proc.poll() is not None, 120)
+        assert proc.poll() is None, log.read_text()
+        yield proc, ready, read_ready(ready)
+    finally:
+        stop_process(proc)
 
 
 VLA_MAP = """\

@@ -17,7 +17,6 @@ from harness.config.policymap import parse_policy_map
 from harness.episode.external import ExternalPolicyClient
 from harness.wire.errors import WireError
 from tests.interop.conftest import OPENPI_MAP, VLA_MAP, free_port, run_client
-from tests.support.wirekit import model_python, start_server_process, stop_process, wait_for
 
 CAMERA_MAP = VLA_MAP + "cameras: {base_camera: [images, base_camera]}\nimage_size: 64\n"
 
@@ -38,21 +37,10 @@ def test_real_maniskill_episode_against_a_real_vla_eval_server(
     assert "EPISODE_START" in log and "EPISODE_END" in log
 
 
-def test_our_server_in_openpi_mode_as_the_policy_server(tmp_path: Path) -> None:
-    python = model_python()
-    assert python, "envs/model is missing"
-    ready = tmp_path / "ready.json"
-    proc = start_server_process(
-        python, ready, ["--policy", "hold"], tmp_path / "server.log", {"MODEL_SERVER_PROTOCOL": "openpi"}
-    )
-    try:
-        wait_for(lambda: ready.exists() or proc.poll() is not None, 120)
-        assert proc.poll() is None, (tmp_path / "server.log").read_text()
-        port = __import__("json").loads(ready.read_text())["port"]
-        mapping = OPENPI_MAP.replace("observation/state", "proprio").replace("prompt", "instruction")
-        run = run_client(tmp_path, f"127.0.0.1:{port}", mapping, [0, 1, 2], FASTBENCH_STEPS="5")
-    finally:
-        stop_process(proc)
+def test_our_server_in_openpi_mode_as_the_policy_server(tmp_path: Path, openpi_mode_server) -> None:
+    _, _, info = openpi_mode_server
+    mapping = OPENPI_MAP.replace("observation/state", "proprio").replace("prompt", "instruction")
+    run = run_client(tmp_path, f"127.0.0.1:{info['port']}", mapping, [0, 1, 2], FASTBENCH_STEPS="5")
     assert run.rc == 0, run.err
     assert [(r["seed"], r["error"], r["policy"], r["steps"]) for r in run.records] == [
         (s, None, "openpi-hold", 5) for s in (0, 1, 2)

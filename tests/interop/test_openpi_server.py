@@ -19,15 +19,11 @@ from harness.config.policymap import load_policy_map
 from harness.model.openpi_server import OpenpiServer
 from harness.model.policyload import load_policy
 from harness.wire import openpi
-from harness.wire.readyfile import read_ready
 from tests.support.wirekit import (
     NOISY,
     episode,
-    model_python,
     obs,
     running_server,
-    start_server_process,
-    stop_process,
     wait_for,
 )
 
@@ -53,31 +49,20 @@ def pose(value: float) -> np.ndarray:
     return np.arange(10, dtype=np.float32) + value
 
 
-def test_real_openpi_client_against_our_server_in_the_model_env(tmp_path: Path) -> None:
+def test_real_openpi_client_against_our_server_in_the_model_env(openpi_mode_server) -> None:
     """The model env has no openpi-client: the server must not need it. Metadata first, then
     `hold` answers each observation with its proprio repeated over the chunk."""
-    python = model_python()
-    assert python, "envs/model is missing"
-    ready = tmp_path / "ready.json"
-    proc = start_server_process(
-        python, ready, ["--policy", "hold"], tmp_path / "server.log", {"MODEL_SERVER_PROTOCOL": "openpi"}
-    )
-    try:
-        wait_for(lambda: ready.exists() or proc.poll() is not None, 120)
-        assert proc.poll() is None, (tmp_path / "server.log").read_text()
-        info = read_ready(ready)
-        assert info["protocol"] == "openpi"
-        client = WebsocketClientPolicy(host="127.0.0.1", port=info["port"])
-        meta = client.get_server_metadata()
-        assert meta["policy"] == "hold" and meta["action_dim"] == 10 and meta["chunk_len"] == 30
-        reply = client.infer({"proprio": pose(1.0), "prompt": "hold still"})
-        assert reply["actions"].shape == (30, 10) and reply["actions"].dtype == np.float32
-        np.testing.assert_array_equal(reply["actions"], np.tile(pose(1.0), (30, 1)))
-        proc.terminate()  # SIGTERM with a client still connected: a clean, prompt exit
-        assert proc.wait(15) == 0
-        assert not ready.exists()
-    finally:
-        stop_process(proc)
+    proc, ready, info = openpi_mode_server
+    assert info["protocol"] == "openpi"
+    client = WebsocketClientPolicy(host="127.0.0.1", port=info["port"])
+    meta = client.get_server_metadata()
+    assert meta["policy"] == "hold" and meta["action_dim"] == 10 and meta["chunk_len"] == 30
+    reply = client.infer({"proprio": pose(1.0), "prompt": "hold still"})
+    assert reply["actions"].shape == (30, 10) and reply["actions"].dtype == np.float32
+    np.testing.assert_array_equal(reply["actions"], np.tile(pose(1.0), (30, 1)))
+    proc.terminate()  # SIGTERM with a client still connected: a clean, prompt exit
+    assert proc.wait(15) == 0
+    assert not ready.exists()
 
 
 def test_action_chunk_broker_queries_once_per_chunk(tmp_path: Path) -> None:

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.model.policyload import PolicyError, load_policy, parse_override
+from harness.model.policyload import PolicyError, load_policy
 from harness.model.seeding import rng_seed
+from harness.model.wrapper import parse_override
 from harness.wire.errors import RemoteError
 from support.wirekit import (
     REPO,

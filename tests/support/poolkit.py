@@ -1,11 +1,13 @@
 """Helpers for worker and chaos tests: a run dir over the fast test benchmark and the sleep policy,
-worker processes started through slurm/eval_worker.sh, and checks of a finished run."""
+worker processes started through slurm/eval_worker.sh, the debug launcher's command line, and
+checks of a finished run."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -37,6 +39,20 @@ def pool_env(run: RunDir, **extra: str) -> dict[str, str]:
     )  # fmt: skip
     env.update(extra)
     return env
+
+
+def debug_worker(tmp_path: Path, run: str, queue_text: str, **knobs: str) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of scripts/eval_one_worker.py (the debug launcher: the real
+    worker in one process) for run `run` under `tmp_path` over the queue `queue_text`; `knobs`
+    override the environment's. Real benchmark and policies unless `knobs` say otherwise."""
+    queue = tmp_path / "queue.txt"
+    queue.write_text(queue_text)
+    env = dict(os.environ, PYTHONPATH=str(REPO), EVAL_ROOT=str(REPO), BUNDLE=str(REPO))
+    env.update(RUNS_ROOT=str(tmp_path), **knobs)
+    env.setdefault("MODEL_PY", str(REPO / "envs" / "model" / "bin" / "python"))
+    env.setdefault("SIM_PY", sys.executable)
+    argv = [sys.executable, str(REPO / "scripts" / "eval_one_worker.py"), "--run", run, "--queue", str(queue)]
+    return argv, env
 
 
 def start_worker(env: dict[str, str], worker_id: str, log: Path) -> subprocess.Popen:

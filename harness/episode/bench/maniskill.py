@@ -58,7 +58,8 @@ class ManiSkillBenchmark:
     def make_episode(
         self, task: str, bench_config: str, seed: int, *, render: bool = True
     ) -> ManiSkillEpisode:
-        """A fresh env reset to `seed`. render=False (no cameras) is for expert validation only."""
+        """An env (new, or kept and rebuilt) reset to `seed`. render=False (no cameras) is for expert
+        validation only."""
         spec, level = self.table.task(task), self.table.level(bench_config)
         return ManiSkillEpisode(self, spec, level, int(seed), render)
 

@@ -3,9 +3,11 @@
 Each task class is subclassed once (cached) with three additions, all driven by the episode seed so the
 same (task, config, seed) builds the same scene in any process: N collidable distractor boxes placed
 away from the task objects, a per-seed jitter of the sensor cameras and light intensity, and a
-`ContactMonitor` fed after every physics substep (HSR). One env is made per episode (a reused env
-drifts: replayed actions diverge from the first run in about half the seeds); one render system is
-held for the life of the process so only the first env pays the 6-8 s lavapipe start-up.
+`ContactMonitor` fed after every physics substep (HSR). Every episode starts from a freshly built
+scene: a new env, or a kept one rebuilt by `reset(reconfigure=True)` (`maniskill_cache`; a plain
+reset of a used env drifts: replayed actions diverge in about half the seeds), so all of this is
+built again from the episode's seed. One render system is held for the life of the process so
+only the first env pays the 6-8 s lavapipe start-up.
 """
 
 from __future__ import annotations

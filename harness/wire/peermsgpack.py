@@ -1,0 +1,35 @@
+"""Decoding one msgpack map from another ecosystem's peer (openpi, vla-eval): the caller's array
+hook, no extension types, and one wording for each way a frame can be bad."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from harness.wire.errors import WireError
+
+
+def refuse_ext(code: int, data: bytes) -> Any:
+    raise WireError(f"msgpack extension type {code} refused")
+
+
+def unpack_map(
+    body: bytes | bytearray | memoryview,
+    what: str,
+    object_hook: Callable[[dict[Any, Any]], Any],
+    strict_map_key: bool = True,
+) -> dict[Any, Any]:
+    """The map in `body`; a WireError naming `what` (e.g. "openpi metadata frame") otherwise."""
+    try:
+        msg = msgpack.unpackb(
+            body, raw=False, object_hook=object_hook, ext_hook=refuse_ext, strict_map_key=strict_map_key
+        )
+    except WireError as exc:
+        raise WireError(f"{what}: {exc}") from None
+    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
+        raise WireError(f"{what} is not msgpack: {type(exc).__name__}: {exc}") from None
+    if not isinstance(msg, dict):
+        raise WireError(f"{what} must be a msgpack map, got {type(msg).__name__}")
+    return msg
