@@ -223,7 +223,7 @@ def test_a_killed_sim_whose_episode_was_recorded_writes_nothing_and_says_so(
     unit = Unit("s", "t0", "s_clean", 0, 2, (0, 1))
     outcome = SimOutcome(returncode=-9, killed="stalled", seed=1)  # seed 1 had been recorded already
     slot = worker.add_slot()
-    assert worker.after_sim(slot, unit, outcome, [0, 1], {0, 1}, {"policy": "sleep"}, 1.0) == "stalled"
+    assert slot.settle(run, unit, outcome, [0, 1], {0, 1}, {"policy": "sleep"}, 1.0) == "stalled"
     log = capsys.readouterr().err
     assert "stalled: no episode was running, nothing recorded" in log and "recorded as errored" not in log
     assert read_tree(run.results).records == {}
