@@ -9,6 +9,7 @@ when complete. A video never costs an episode: an encoder failure leaves no file
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from pathlib import Path
@@ -21,6 +22,9 @@ FPS = 20  # ManiSkill's control frequency: one frame per control step plays at r
 # 1.43 ms for the default preset (threads auto), and a smaller file; the encoder shares the node's
 # cores with the simulator, so its CPU is taken from the episode loop.
 ENCODER_PARAMS = ["-preset", "veryfast", "-threads", "1"]
+# The encoder runs niced: on a node whose cores the sims keep busy it takes the CPU they leave, and
+# falls behind (up to the frame queue) rather than slowing the episode it records.
+ENCODER_NICE = 10
 _END = None
 
 
@@ -46,6 +50,8 @@ class VideoWriter:
 
         gen: Any = None
         try:
+            # Linux nice is per thread and a child inherits its forking thread's: ffmpeg starts niced
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), ENCODER_NICE)
             gen = imageio_ffmpeg.write_frames(
                 str(self._tmp), (width, height), fps=FPS, macro_block_size=1, ffmpeg_log_level="error",
                 output_params=ENCODER_PARAMS,
