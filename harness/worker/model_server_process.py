@@ -84,7 +84,9 @@ class ModelServerProcess:
         deadline = time.monotonic() + timeout_s
         while not self.ready_file.exists():
             if self.proc.poll() is not None:
-                message = f"model server exited with {self.proc.returncode}: see {self.log}"
+                why = last_line(self.log)  # a refusing server's own reason, e.g. naming a checkpoint file
+                said = f": {why}" if why else ""
+                message = f"model server exited with {self.proc.returncode}{said} (see {self.log})"
                 raise ModelServerError(message, killed=self.proc.returncode < 0)
             if time.monotonic() > deadline:
                 children.stop(self.proc)
@@ -101,3 +103,16 @@ class ModelServerProcess:
         if self.proc is not None:
             children.stop(self.proc)
         self.ready_file.unlink(missing_ok=True)
+
+
+def last_line(log: Path, limit: int = 500) -> str:
+    """The log's last non-empty line (a refusing server's reason, e.g. the checkpoint file it names),
+    at most `limit` characters; "" when there is none."""
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, 2) - 8192))
+            tail = handle.read().decode(errors="replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    return lines[-1][:limit] if lines else ""

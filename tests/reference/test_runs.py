@@ -59,6 +59,7 @@ def test_a_truncated_checkpoint_stops_the_pool_before_any_episode(tmp_path: Path
     done = run_pool(env, tmp_path / "queue.txt")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "model server exited with 2" in done.stderr and "Traceback" not in done.stdout + done.stderr
+    assert "model.safetensors: corrupt or truncated safetensors file" in done.stderr  # the reason, relayed
     server_logs = "".join(p.read_text() for p in (tmp_path / "runs" / "r" / "logs").glob("server-*.log"))
     assert "model.safetensors: corrupt or truncated safetensors file" in server_logs
     assert metrics(tmp_path / "runs" / "r") == []
