@@ -45,12 +45,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     mode.add_argument(
         "--connect",
         metavar="HOST:PORT|READY_FILE",
-        help="sim-as-server: dial HOST:PORT once, or each sim client publishing READY_FILE",
+        help="sim-as-server: dial HOST:PORT (or [IPv6]:PORT) once, or each sim client publishing READY_FILE",
     )
     p.add_argument(
         "--info-file", help="with --connect: once the policy is loaded, write its pid, policy and ckpt here"
     )
-    p.add_argument("--connect-timeout", type=float, default=300.0, help="seconds to keep dialling HOST:PORT")
+    p.add_argument("--connect-timeout", type=float, default=300.0, help="seconds to keep dialling the target")
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     return p.parse_args(argv)
 

@@ -259,8 +259,8 @@ def connect_out(
     """
     stop = stop or threading.Event()
     if isinstance(target, str) and ":" in target and not Path(target).exists():
-        host, _, port = target.rpartition(":")
-        serve_connection(_dial(host, int(port), timeout_s, stop), policy)
+        host, port = parse_target(target)
+        serve_connection(_dial(host, port, timeout_s, stop), policy)
         return
     served: set[tuple[str, int, int]] = set()
     while not stop.is_set():
@@ -280,6 +280,16 @@ def connect_out(
             continue
         served.add(key)
         serve_connection(conn, policy, reply_token=info.get("token"))
+
+
+def parse_target(target: str) -> tuple[str, int]:
+    """`HOST:PORT` or `[IPv6]:PORT` → (host, port); a WireError naming `target` otherwise."""
+    host, _, port = target.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise WireError(f"--connect {target!r}: expected HOST:PORT, [IPv6]:PORT or a sim ready file")
+    return host, int(port)
 
 
 def _dial(host: str, port: int, timeout_s: float, stop: threading.Event) -> socket.socket:

@@ -17,7 +17,7 @@ import pytest
 
 import harness.model.server
 from harness.model.policyload import load_policy
-from harness.model.server import connect_out
+from harness.model.server import connect_out, parse_target
 from harness.wire.client import PolicyClient
 from harness.wire.codecs import JsonCodec, MsgpackCodec
 from harness.wire.errors import RemoteError, WireError
@@ -292,6 +292,28 @@ def test_sim_as_server_host_port(tmp_path: Path) -> None:
         c.ping()
     done.join(5)
     assert not done.is_alive()
+
+
+def test_sim_as_server_ipv6_literal(tmp_path: Path) -> None:
+    import socket
+
+    listener = socket.create_server(("::1", 0), family=socket.AF_INET6)
+    port = listener.getsockname()[1]
+    done = threading.Thread(target=connect_out, args=(load_policy("hold"), f"[::1]:{port}", 30), daemon=True)
+    done.start()
+    listener.settimeout(30)
+    sock, _ = listener.accept()
+    listener.close()
+    with PolicyClient(sock) as c:
+        assert c.hello(SPEC)["policy"] == "hold"
+    done.join(5)
+    assert not done.is_alive()
+
+
+@pytest.mark.parametrize("target", ["host:", "host:http", "[::1]:99999", ":5000"])
+def test_a_bad_connect_target_is_named(target: str) -> None:
+    with pytest.raises(WireError, match=r"--connect .*expected HOST:PORT, \[IPv6\]:PORT or a sim ready file"):
+        parse_target(target)
 
 
 def test_client_waits_for_ready_file_then_times_out(tmp_path: Path) -> None:
