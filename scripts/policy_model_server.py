@@ -19,9 +19,10 @@ from types import FrameType
 from harness.config import knobs
 from harness.config.failures import run_command
 from harness.config.policymap import PolicyMapError, load_policy_map
+from harness.model.dialout import connect_out
 from harness.model.openpi_server import OpenpiServer
 from harness.model.policyload import LoadedPolicy, PolicyError, load_policy
-from harness.model.server import ModelServer, connect_out
+from harness.model.server import ModelServer
 from harness.wire.errors import WireError
 from harness.wire.readyfile import write_ready
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import harness.model.server
+from harness.model.dialout import connect_out, parse_target
 from harness.model.policyload import load_policy
-from harness.model.server import connect_out, parse_target
 from harness.wire.client import PolicyClient
 from harness.wire.codecs import JsonCodec, MsgpackCodec
 from harness.wire.errors import RemoteError, WireError

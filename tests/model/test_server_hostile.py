@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from harness.model.dialout import connect_out
 from harness.model.policyload import load_policy
-from harness.model.server import ModelServer, connect_out
+from harness.model.server import ModelServer
 from harness.wire.client import PolicyClient
 from harness.wire.errors import WireError
 from harness.wire.frames import DEFAULT_MAX_FRAME, recv_frame
