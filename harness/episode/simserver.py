@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -116,19 +115,16 @@ def answer(out: IO[str], returncode: int) -> None:
     out.flush()
 
 
-def warm_up(bench: Benchmark, complain: Callable[[str], None]) -> float | None:
-    """Run the adapter's optional `warm_up()` (the renderer's start-up, paid before any unit); its
-    seconds, or None. A failure is said and left to the first episode, which records it."""
+def warm_up(bench: Benchmark, complain: Callable[[str], None]) -> None:
+    """Run the adapter's optional `warm_up()` (the renderer's start-up, paid before any unit). A
+    failure is said and left to the first episode, which records it."""
     warm = getattr(bench, "warm_up", None)
     if warm is None:
-        return None
-    started = time.monotonic()
+        return
     try:
         warm()
     except Exception as exc:
         complain(f"eval_policy_client: warm-up failed (the first episode records why): {exc}")
-        return None
-    return time.monotonic() - started
 
 
 def serve(

@@ -5,8 +5,8 @@ Actions arrive in the ACTION_CONVENTION (harness.episode.bench.conventions: abso
 `pd_ee_delta_pose`, `pd_joint_pos`); proprio is the arm's state laid out like an absolute action of the
 convention, so `hold` (proprio echoed as the action) keeps the robot still in ee6d and joint_pos.
 Render settings come from the knobs (IMAGE_SIZE, RENDER_SHADER, RT_SPP, DENOISER) and are part of
-the run's contract. Built envs of seed-free levels are kept for the process's next episodes of the
-same (task, task_config) (SIM_ENV_CACHE, `maniskill_cache`).
+the run's contract. Built envs are kept for the process's next episodes of the same (task,
+task_config) and rebuilt per seed (SIM_ENV_CACHE, `maniskill_cache`).
 """
 
 from __future__ import annotations
@@ -82,9 +82,8 @@ class ManiSkillEpisode:
         self._video_cam = bench.video_cam
         self.convention = bench.convention
         control_mode = self.convention.control_mode
-        key = (task.name, level.name, render)
-        self._cache = (bench.envs, key)
-        self.env = bench.envs.take(key)
+        self._envs, self._key = bench.envs, (task.name, level.name, render)
+        self.env = bench.envs.take(self._key)
         rebuild = None
         if self.env is None:
             self.env = make_env(
@@ -172,9 +171,8 @@ class ManiSkillEpisode:
         return _np(self._obs["sensor_data"][self._video_cam]["rgb"][0]).astype(np.uint8)
 
     def close(self) -> None:
-        if self._cache is not None and self._intact:
-            cache, key = self._cache
-            cache.give(key, self.env)
+        if self._intact:
+            self._envs.give(self._key, self.env)
         else:
             self.env.close()
 

@@ -33,7 +33,7 @@ class EnvCache:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._idle: OrderedDict[Hashable, Any] = OrderedDict()
-        self.built = self.reused = 0  # for logs and tests
+        self.reused = 0  # envs handed out again (for tests and benchmarks)
 
     def take(self, key: Hashable) -> Any | None:
         """The idle env built for `key`, now the caller's; None when there is none."""
