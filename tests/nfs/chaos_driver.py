@@ -208,6 +208,7 @@ def main() -> None:
                 next_kill = time.monotonic() + rng.uniform(*args.kill_every)
             time.sleep(0.1)
         wall = time.time() - start
+        pool.restart_dead()  # a kill in the loop's last pass: its slot's next incarnation finds nothing left
         if frozen_slot is not None and "t_cont" not in frozen:
             os.kill(pool.procs[frozen_slot].pid, signal.SIGCONT)
         ends = {pool.ids[s]: proc.wait(90) for s, proc in pool.procs.items()}  # they see nothing left
