@@ -7,6 +7,7 @@ arguments of `model.generate_actions(...)`, which returns [B, num_actions, actio
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 import threading
@@ -21,7 +22,7 @@ import numpy as np
 from harness.config.paths import resolve_checkpoint
 from harness.model.batcher import Batcher, Member
 from harness.model.collate import collate
-from harness.model.seeding import rng_seed, seed_global_rngs
+from harness.model.seeding import check_batched_seeding, rng_seed, seed_global_rngs
 from harness.model.wrapper import (
     PolicyError,
     action_conventions,
@@ -33,15 +34,25 @@ from harness.model.wrapper import (
 
 log = logging.getLogger("model_server")
 
+
+@dataclass(eq=False)
+class SessionState:
+    """A session's wrapper state (`init_state`'s object), held by reference so that a batch that is
+    retried one request at a time can put back the snapshot taken before its failed call."""
+
+    value: Any
+
+
 @dataclass
 class Request:
     """One session's infer, as the batcher carries it: the observation, or (batched form) the
-    `encode_obs` output already made in the session's thread; its RNG seed; its session's state."""
+    `encode_obs` output already made in the session's thread; its RNG seed; its session's state
+    (None for a stateless wrapper)."""
 
     obs: dict[str, Any] | None
     inputs: dict[str, Any] | None
     rng_seed: int
-    state: Any
+    state: SessionState | None
 
 
 @dataclass
@@ -50,7 +61,9 @@ class LoadedPolicy:
     call gets the collated inputs of up to `max_batch` requests (+ `rng_seeds`, `states` when
     `generate_actions` names them); else today's form, one request, global RNGs seeded per request.
     `stateful` (the module defines `init_state`): each session holds a state object that `encode_obs`
-    and `reset_model` receive as a second argument."""
+    and `reset_model` receive as a second argument; a batched call may change the states it gets,
+    and a batch whose call raises has them put back before its requests run again one at a time,
+    so each request advances its session's state once, whatever it was batched with."""
 
     name: str
     ckpt: str
@@ -72,21 +85,26 @@ class LoadedPolicy:
         self.batcher = Batcher(self._run, self.max_batch if self.batched else 1, self.max_wait_s)
         self._direct = self.batcher.join()  # act() without a session: never waited for
 
-    def new_state(self) -> Any:
+    def new_state(self) -> SessionState | None:
         """A fresh per-session state (None for a stateless wrapper)."""
-        return self.module.init_state(self.model) if self.stateful else None
+        return SessionState(self.module.init_state(self.model)) if self.stateful else None
 
-    def reset(self, state: Any = None) -> None:
+    def reset(self, state: SessionState | None = None) -> None:
         """A session's episode starts: its own state is reset (no lock: no call holds it now), or,
         for a stateless wrapper, the shared model, between calls."""
-        if self.stateful:
-            self.module.reset_model(self.model, state)
+        if state is not None:
+            self.module.reset_model(self.model, state.value)
             return
         with self.lock:
             self.module.reset_model(self.model)
 
     def act(
-        self, obs: dict[str, Any], seed: int, step: int, state: Any = None, member: Member | None = None
+        self,
+        obs: dict[str, Any],
+        seed: int,
+        step: int,
+        state: SessionState | None = None,
+        member: Member | None = None,
     ) -> np.ndarray:
         """The action chunk [num_actions, action_dim] float32 for one observation, batched with
         other members' requests. The RNG seed's task and task_config come from obs["episode"]."""
@@ -98,8 +116,8 @@ class LoadedPolicy:
             request = Request(obs, None, key, state)
         return self.batcher.submit(member or self._direct, request)
 
-    def _encode(self, obs: dict[str, Any], state: Any) -> dict[str, Any]:
-        inputs = self.module.encode_obs(obs, state) if self.stateful else self.module.encode_obs(obs)
+    def _encode(self, obs: dict[str, Any], state: SessionState | None) -> dict[str, Any]:
+        inputs = self.module.encode_obs(obs) if state is None else self.module.encode_obs(obs, state.value)
         if not isinstance(inputs, dict):
             raise PolicyError(f"{self.name}.encode_obs must return a dict of generate_actions kwargs")
         return inputs
@@ -108,20 +126,25 @@ class LoadedPolicy:
         """One model call for `requests` (the batcher's runner): one chunk, or error, per request.
 
         A batch whose call raises is run again one request at a time, so a request that breaks the
-        call (a missing trace, odd shapes) fails only itself; a contract breach (wrong shape or batch
-        size) is not retried: it is the wrapper's bug, and every request in the call is told so."""
+        call (a missing trace, odd shapes) fails only itself; the sessions' states are put back to
+        their snapshots first, so the failed call's changes to them do not count twice. A contract
+        breach (wrong shape or batch size) is not retried: it is the wrapper's bug, and every request
+        in the call is told so."""
         with self.lock:
             if not self.batched:
                 (request,) = requests
                 seed_global_rngs(request.rng_seed)
                 out = self.model.generate_actions(**self._encode(request.obs or {}, request.state))
                 return [self._check(out, None)[0]]
+            snapshots = _snapshot(requests)
             try:
                 out = self._call(requests)
             except Exception as exc:
                 if len(requests) == 1:
                     raise
                 _log_retry(self.name, len(requests), exc)
+                for state, snapshot in snapshots:
+                    state.value = snapshot
                 return [self._alone(r) for r in requests]
         return self._check(out, len(requests))
 
@@ -130,7 +153,7 @@ class LoadedPolicy:
         if "rng_seeds" in self._takes:
             kwargs["rng_seeds"] = [r.rng_seed for r in requests]
         if "states" in self._takes:
-            kwargs["states"] = [r.state for r in requests]
+            kwargs["states"] = [None if r.state is None else r.state.value for r in requests]
         return self.model.generate_actions(**kwargs)
 
     def _alone(self, request: Request) -> np.ndarray | Exception:
@@ -162,6 +185,14 @@ class LoadedPolicy:
             else PolicyError(f"{self.name}.generate_actions returned non-finite actions")
             for row in rows
         ]
+
+
+def _snapshot(requests: list[Request]) -> list[tuple[SessionState, Any]]:
+    """(state, deep copy) of each stateful request of a batch that would be retried (more than one
+    request); none for a single request, which is not retried."""
+    if len(requests) == 1:
+        return []
+    return [(r.state, copy.deepcopy(r.state.value)) for r in requests if r.state is not None]
 
 
 _retry_logged = [0.0]  # when a retried batch was last logged (at most one line a minute)
@@ -208,7 +239,7 @@ def load_policy(name: str, ckpt: str = "", overrides: list[str] | None = None) -
         spec["image_size"] = usr_args["image_size"]
     spec["action"] = action_conventions(usr_args.get("action_convention"), yml)
     max_batch, max_wait_s = batch_settings(usr_args, yml)
-    return LoadedPolicy(
+    policy = LoadedPolicy(
         directory.name,
         spec["ckpt"],
         module,
@@ -219,3 +250,24 @@ def load_policy(name: str, ckpt: str = "", overrides: list[str] | None = None) -
         batched=max_batch is not None,
         max_wait_s=max_wait_s,
     )
+    if policy.batched:
+        check_batched_seeding(directory.name, model.generate_actions, usr_args, yml)
+        _check_state_copies(policy)
+    return policy
+
+
+def _check_state_copies(policy: LoadedPolicy) -> None:
+    """A batched stateful wrapper's state must survive `copy.deepcopy`: `_run` snapshots the states
+    of a batch before its call. Checked on a fresh state, so a wrapper that cannot is refused here."""
+    state = policy.new_state()
+    if state is None:
+        return
+    try:
+        copy.deepcopy(state.value)
+    except Exception as exc:
+        raise PolicyError(
+            f"policy {policy.name}: its per-session state (init_state) cannot be copied with "
+            f"copy.deepcopy ({type(exc).__name__}: {exc}); the server snapshots the states of a batch "
+            "so that a batch it retries one request at a time advances each state once: keep locks, "
+            "files and handles on the model, not in the state"
+        ) from None

@@ -3,15 +3,24 @@
 `rng_seed(task, task_config, seed, step)` is the one seed of a request. A batching wrapper gets it as
 `rng_seeds` (one per request) and draws from a generator of its own per request; a wrapper without
 `max_batch` is served one request per call with the global RNGs seeded first (`seed_global_rngs`).
+A batching wrapper that takes no `rng_seeds` must say it draws nothing (`deterministic: true`), else
+it is refused at load (`check_batched_seeding`): one call serves several requests, so no global
+seed can be per request, and its draws would depend on what each request was batched with.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import random
 import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from harness.model.wrapper import PolicyError
 
 
 def rng_seed(task: str, task_config: str, seed: int, step: int) -> int:
@@ -28,3 +37,24 @@ def seed_global_rngs(value: int) -> None:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.manual_seed(value)
+
+
+def check_batched_seeding(
+    policy: str, generate_actions: Callable[..., Any], usr_args: dict[str, Any], yml: Path
+) -> None:
+    """Refuse a batched wrapper whose `generate_actions` takes no `rng_seeds` unless its settings
+    declare `deterministic: true` (it draws no random numbers); the error names the wrapper and both fixes."""
+    deterministic = usr_args.get("deterministic", False)
+    if not isinstance(deterministic, bool):
+        raise PolicyError(
+            f"policy {policy}: setting 'deterministic' must be true or false in {yml} or --set, "
+            f"got {deterministic!r}"
+        )
+    if deterministic or "rng_seeds" in inspect.signature(generate_actions).parameters:
+        return
+    raise PolicyError(
+        f"policy {policy}: batched (max_batch in {yml} or --set) but {policy}.generate_actions takes no "
+        "rng_seeds, so nothing would seed its random draws per request; add an `rng_seeds` parameter "
+        "(one seed per request, e.g. draw from np.random.default_rng(seed)), or, if it draws no random "
+        f"numbers, set `deterministic: true` in {yml}"
+    )

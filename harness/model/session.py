@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from harness.model.policyload import LoadedPolicy
+from harness.model.policyload import LoadedPolicy, SessionState
 from harness.wire import protocol
 from harness.wire.codecs import CODECS, Codec, JsonCodec, get_codec
 from harness.wire.errors import WireError
@@ -56,7 +56,7 @@ class Session:
         self.pending_codec: Codec | None = None  # switched to after the hello reply went out in JSON
         self.greeted = False
         self.episode: Episode | None = None
-        self.state: Any = None  # the wrapper's per-session state (made at the first reset)
+        self.state: SessionState | None = None  # the wrapper's per-session state (made at the first reset)
         self.member = policy.batcher.join()
 
     def close(self) -> None:

@@ -160,6 +160,84 @@ def test_a_request_that_breaks_the_call_fails_only_itself(tmp_path: Path) -> Non
     np.testing.assert_array_equal(good, alone)
 
 
+def test_a_stateful_request_batched_with_a_failing_one_answers_as_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failed batch call counted itself in both states before it raised; the retry alone must
+    not count again: the state advances once per request, whatever the batch did."""
+    monkeypatch.setenv("MODEL_BATCH_WAIT_MS", "1000")  # the first arrival waits for the other session
+    ready = tmp_path / "ready.json"
+    barrier = threading.Barrier(2)
+
+    def session(explode: bool) -> list[object]:
+        with client(ready) as c:
+            c.hello(SPEC)
+            c.reset("task", "cfg", "do it", 5)
+            barrier.wait()
+            try:
+                answers: list[object] = [float(c.infer({**obs(1.0), "explode_in_call": explode}, 0)[0, 0])]
+            except RemoteError as exc:
+                return [exc]
+            answers.append(float(c.infer(obs(2.0), 1)[0, 0]))
+            return answers
+
+    with running_server(tmp_path, policy=STATEFUL, overrides=["sleep_ms=30"]) as server:
+        with client(ready) as c:
+            c.hello(SPEC)
+            alone = stateful_episode(c, 5, [1.0, 2.0])
+        sizes = server.policy.model.batch_sizes
+        before = len(sizes)
+        with ThreadPoolExecutor(2) as pool:
+            bad, good = pool.map(session, [True, False])
+        # one call of both, which raised; each request again alone; the good one's next step alone
+        assert sizes[before:] == [2, 1, 1, 1]
+    assert alone == [1001.0, 2003.0]
+    assert good == alone
+    assert len(bad) == 1 and isinstance(bad[0], RemoteError) and "boom in the call" in str(bad[0])
+
+
+def write_wrapper(root: Path, yml: str, generate_actions: str, extra: str = "") -> str:
+    """A one-file wrapper under `root` whose model's generate_actions is `generate_actions`."""
+    root.mkdir(parents=True)
+    (root / "deploy_policy.yml").write_text("action_dim: 10\nnum_actions: 4\n" + yml)
+    (root / "deploy_policy.py").write_text(
+        "import numpy as np\n"
+        "class Model:\n"
+        f"    {generate_actions}\n"
+        "        return np.zeros((len(proprio), 4, 10)) + np.random.random()\n"
+        "def get_model(usr_args): return Model()\n"
+        "def encode_obs(obs): return {'proprio': np.asarray(obs['proprio']).reshape(1, -1)}\n"
+        "def reset_model(model, state=None): pass\n" + extra
+    )
+    return str(root)
+
+
+def test_a_batched_wrapper_without_rng_seeds_is_refused_naming_it_and_the_fix(tmp_path: Path) -> None:
+    unseeded = write_wrapper(tmp_path / "unseeded", "max_batch: 4\n", "def generate_actions(self, proprio):")
+    with pytest.raises(PolicyError) as refused:
+        load_policy(unseeded)
+    message = str(refused.value)
+    assert "policy unseeded: batched" in message and "unseeded.generate_actions takes no rng_seeds" in message
+    assert "add an `rng_seeds` parameter" in message and "set `deterministic: true`" in message
+    assert load_policy(unseeded, "", ["deterministic=true"]).batched
+    with pytest.raises(PolicyError, match="setting 'deterministic' must be true or false"):
+        load_policy(unseeded, "", ["deterministic=yes please"])
+    assert not load_policy(unseeded, "", ["max_batch=null"]).batched  # served one per call, seeded
+    seeded = write_wrapper(
+        tmp_path / "seeded", "max_batch: 4\n", "def generate_actions(self, proprio, rng_seeds):"
+    )
+    assert load_policy(seeded).batched
+
+
+def test_a_batched_stateful_wrapper_whose_state_cannot_be_copied_is_refused(tmp_path: Path) -> None:
+    extra = "import threading\ndef init_state(model): return {'lock': threading.Lock()}\n"
+    wrapper = write_wrapper(
+        tmp_path / "locked", "max_batch: 4\n", "def generate_actions(self, proprio, rng_seeds):", extra
+    )
+    with pytest.raises(PolicyError, match=r"policy locked: its per-session state \(init_state\) cannot be"):
+        load_policy(wrapper)
+
+
 def test_a_batch_of_the_wrong_size_is_an_error_naming_the_wrapper(tmp_path: Path) -> None:
     ready = tmp_path / "ready.json"
     with running_server(tmp_path, policy=NOISY, overrides=["extra_rows=1"]):

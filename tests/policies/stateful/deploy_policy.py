@@ -3,7 +3,9 @@
 Each session's state keeps the proprio values it has seen this episode (a frame stack filled by
 encode_obs) and counts the calls that served it (generate_actions, through `states`). The chunk is
 filled with history sum + 1000 · calls: it depends on everything that session did since its reset,
-and on nothing another session did."""
+and on nothing another session did. obs["explode_in_call"] makes generate_actions raise for the
+whole batch after it has counted the call in every state (the server then puts the states back and
+runs the batch's requests one at a time)."""
 
 from __future__ import annotations
 
@@ -27,11 +29,15 @@ class Stateful:
         self.sleep_s = float(usr_args.get("sleep_ms", 2)) / 1000
         self.batch_sizes: list[int] = []
 
-    def generate_actions(self, history_sum: np.ndarray, states: list[History]) -> np.ndarray:
+    def generate_actions(
+        self, history_sum: np.ndarray, explode: np.ndarray, states: list[History]
+    ) -> np.ndarray:
         time.sleep(self.sleep_s)
         self.batch_sizes.append(len(states))
         for state in states:
             state.calls += 1
+        if explode.any():
+            raise RuntimeError("boom in the call, requested by the test")
         calls = np.array([state.calls for state in states], np.float64)
         return np.broadcast_to((history_sum[:, 0] + 1000 * calls)[:, None, None], (len(states), *self.shape))
 
@@ -46,7 +52,8 @@ def init_state(model: Stateful) -> History:
 
 def encode_obs(obs: dict[str, Any], state: History) -> dict[str, Any]:
     state.seen.append(float(np.asarray(obs["proprio"]).reshape(-1)[0]))
-    return {"history_sum": np.array([[sum(state.seen)]])}
+    explode = bool(obs.get("explode_in_call"))
+    return {"history_sum": np.array([[sum(state.seen)]]), "explode": np.array([explode])}
 
 
 def reset_model(model: Stateful, state: History) -> None:
