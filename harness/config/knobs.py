@@ -25,6 +25,9 @@ class Knob:
     default: str
     doc: str
     contract: bool = True  # part of the run's contract (run.yaml); False for operational knobs
+    # an integer >= 0: the contract freezes the integer ("08" is 8), and a value that is none is
+    # refused when the run is created, naming the knob
+    count: bool = False
 
 
 KNOBS: dict[str, Knob] = {
@@ -60,7 +63,14 @@ KNOBS: dict[str, Knob] = {
         Knob("RT_SPP", "1", "ray-tracing samples per pixel (only for rt shaders)"),
         Knob("DENOISER", "none", "ray-tracing denoiser: none, oidn, optix"),
         Knob("RECORD_VIDEO", "1", "1: write videos/seed<N>.mp4 per episode"),
-        Knob("SIM_ENV_CACHE", "2", "built envs a sim process keeps for later seeds: 0 (off) to 64", False),
+        # in the contract: a kept env rebuilds its scene under the episode seed, a fresh one under
+        # ManiSkill's fixed build seed; the same episode only while no task randomises at build
+        Knob(
+            "SIM_ENV_CACHE",
+            "2",
+            "built envs a sim process keeps for later seeds: 0 (off) to 64",
+            count=True,
+        ),
         Knob(
             "SIM_PIN",
             "",
@@ -93,11 +103,13 @@ KNOBS: dict[str, Knob] = {
             "seconds a new model server connection has for a successful hello before it is closed",
             False,
         ),
+        # in the contract: a batched float model's answers move in the last bits with what each
+        # request is batched with (padding, kernel choice), so 1 (unbatched) and 8 are two evals
         Knob(
             "MODEL_MAX_BATCH",
             "0",
             "cap on requests per model call (0: the wrapper's `max_batch`; 1: unbatched)",
-            False,
+            count=True,
         ),
         Knob(
             "MODEL_BATCH_WAIT_MS",
@@ -179,9 +191,15 @@ def _parse(name: str, kind: type, env: Mapping[str, str] | None = None) -> float
 
 
 def contract_knobs(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The values of the knobs that define what an eval measures, in `env` (default: os.environ)."""
+    """The values of the knobs that define what an eval measures, in `env` (default: os.environ), as
+    the code resolves them: an unset knob is its default, a count its integer; a count the code
+    would refuse raises ValueError naming the knob."""
     source = os.environ if env is None else env
-    return {name: source.get(name, knob.default) for name, knob in KNOBS.items() if knob.contract}
+    return {
+        name: str(get_int(name, source, minimum=0)) if knob.count else source.get(name, knob.default)
+        for name, knob in KNOBS.items()
+        if knob.contract
+    }
 
 
 def shell_exports() -> str:

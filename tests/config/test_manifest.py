@@ -129,6 +129,40 @@ def test_verify_returns_the_hash_and_names_each_difference(run: Path, queue: Pat
         contract.verify_environment(run, {**env, "EVAL_TEST_NUM": "3"})
 
 
+@pytest.mark.parametrize(
+    ("knob", "created", "launched"),
+    [("MODEL_MAX_BATCH", "1", "8"), ("MODEL_MAX_BATCH", None, "8"), ("SIM_ENV_CACHE", None, "0")],
+)
+def test_knobs_that_change_outcomes_are_frozen_with_their_resolved_value(
+    run: Path, queue: Path, env: dict, knob: str, created: str | None, launched: str
+) -> None:
+    """Batch composition moves a batched model's answers, and a kept env rebuilds under another seed
+    than a fresh one: a launch with another value is refused naming the knob, an unset knob froze
+    its default, and the same integer written otherwise is the same value."""
+    at_create = env if created is None else {**env, knob: created}
+    made = create.create_run(run, queue, at_create)
+    frozen = created or contract.KNOBS[knob].default
+    assert made.knobs[knob] == frozen
+    assert contract.verify_environment(run, {**env, knob: f"0{frozen}"}) == mf.contract_hash(made)
+    with pytest.raises(mf.ContractMismatch) as err:
+        contract.verify_environment(run, {**env, knob: launched})
+    refusal = f"knob {knob}: run.yaml has {frozen!r}, the environment has {launched!r}"
+    assert err.value.differences == [refusal]
+    with pytest.raises(mf.ContractMismatch, match=f"knob {knob}: run.yaml has {frozen!r}, this launch has"):
+        create.create_run(run, queue, {**env, knob: launched})
+
+
+@pytest.mark.parametrize("knob", ["MODEL_MAX_BATCH", "SIM_ENV_CACHE"])
+def test_a_bad_outcome_knob_is_refused_at_creation_naming_it(
+    run: Path, queue: Path, env: dict, knob: str
+) -> None:
+    with pytest.raises(ValueError, match=f"knob {knob}='many': expected int"):
+        create.create_run(run, queue, {**env, knob: "many"})
+    with pytest.raises(ValueError, match=f"knob {knob}=-1: expected an integer >= 0"):
+        create.create_run(run, queue, {**env, knob: "-1"})
+    assert not RunDir(run).manifest.exists()
+
+
 def test_verify_sees_changed_code_bank_and_queue(run: Path, queue: Path, env: dict, code_tree: Path) -> None:
     create.create_run(run, queue, env)
     # machinery: not the contract
