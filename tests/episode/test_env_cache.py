@@ -125,3 +125,29 @@ def test_env_cache_knob_out_of_range_is_a_clear_error(monkeypatch, value: str) -
     monkeypatch.setenv("SIM_ENV_CACHE", value)
     with pytest.raises(ValueError, match=r"knob SIM_ENV_CACHE=.*0\.\.64"):
         cache_size()
+
+
+@pytest.mark.sim
+def test_a_scene_drawn_at_build_depends_on_the_seed_only(monkeypatch) -> None:
+    """A task that randomises while its scene is built (torch draws in `_load_scene`: ManiSkill seeds
+    them from the seed of the reset that reconfigures) builds the same scene for a seed whether its
+    env is fresh or was kept from another seed: a fresh env is built under the episode's seed too,
+    not under ManiSkill's construction seed."""
+    import torch
+    from mani_skill.envs.tasks import PickCubeEnv
+
+    drawn: list[float] = []
+    original = PickCubeEnv._after_reconfigure
+
+    def after_reconfigure(self, options):  # the torch RNG is still the one reconfigure seeded
+        drawn.append(float(torch.rand(1)))
+        return original(self, options)
+
+    monkeypatch.setattr(PickCubeEnv, "_after_reconfigure", after_reconfigure)
+    _bench(monkeypatch, "0").make_episode("PickCube", "clean", 3, render=False).close()
+    fresh = drawn[-1]
+    cached = _bench(monkeypatch, "1")
+    cached.make_episode("PickCube", "clean", 0, render=False).close()
+    cached.make_episode("PickCube", "clean", 3, render=False).close()
+    assert cached.envs.reused == 1
+    assert drawn[-1] == fresh

@@ -84,7 +84,10 @@ class ManiSkillEpisode:
         control_mode = self.convention.control_mode
         self._envs, self._key = bench.envs, (task.name, level.name, render)
         self.env = bench.envs.take(self._key)
-        rebuild = None
+        # Every episode's scene is built under its own seed, fresh env or kept: a fresh env's
+        # construction reconfigured under ManiSkill's fixed seed (2022), so without this a task that
+        # randomises at build would depend on which units its process ran before.
+        rebuild = {"reconfigure": True}
         if self.env is None:
             self.env = make_env(
                 task, level, seed, threshold=bench.table.collision_impulse,
@@ -93,7 +96,6 @@ class ManiSkillEpisode:
             )  # fmt: skip
         else:  # the cached env rebuilds its scene for this seed: a fresh PhysX scene, same env object
             self.env.bench_seed = seed
-            rebuild = {"reconfigure": True}
         self._intact = False  # the env may go back to the cache only after a reset and steps that all ended
         try:
             self._obs, self._info = self.env.reset(seed=seed, options=rebuild)
