@@ -67,8 +67,11 @@ def main() -> int:
     parser.add_argument("--margin", type=float, default=0.1, help="equivalence margin on |dSR| (default 0.1)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    if args.runs < 1 or not -1 <= args.rho <= 1:
-        parser.error(f"--runs must be >= 1 and --rho in [-1, 1], got {args.runs} and {args.rho}")
+    if args.runs < 1 or not -1 <= args.rho <= 1 or not 0 <= args.margin < 1:
+        parser.error(
+            f"--runs must be >= 1, --rho in [-1, 1] and --margin in [0, 1), "
+            f"got {args.runs}, {args.rho} and {args.margin}"
+        )
     rng = np.random.default_rng(args.seed)
     print(f"{args.runs} paired runs per cell, base SR {BASE_SR}, cap {CAP}, rho {args.rho}", end="")
     print(f", margin {args.margin}")

@@ -137,11 +137,8 @@ def decision_path(diffs: np.ndarray, margin: float, alpha: float = ALPHA) -> np.
         above_low = np.maximum.accumulate(above_low, axis=-1)
         below_high = np.maximum.accumulate(below_high, axis=-1)
         codes = np.where(codes == 0, np.where(above_low & below_high, 2, 0), codes)
-    first = np.argmax(codes != 0, axis=-1)
-    decided_at = np.where(np.any(codes != 0, axis=-1), first, codes.shape[-1])
-    sticky = np.take_along_axis(codes, np.minimum(decided_at, codes.shape[-1] - 1)[..., None], axis=-1)
-    t = np.arange(codes.shape[-1])
-    return np.where(t >= decided_at[..., None], sticky, 0)
+    first = np.argmax(codes != 0, axis=-1)[..., None]  # 0 where never decided, and codes there are 0
+    return np.where(np.arange(codes.shape[-1]) >= first, np.take_along_axis(codes, first, axis=-1), 0)
 
 
 def _diffs(pairs: Sequence[tuple[bool, bool]]) -> np.ndarray:

@@ -54,7 +54,7 @@ def to_text(comp: Comparison) -> str:
     lines = [
         f"A = {comp.a_name}   B = {comp.b_name}   Δ = B − A, paired on (scene, task, seed) trials of both",
         "p: exact McNemar on the discordant pairs (A>B/B>A); errored episodes are not paired trials",
-        f"95% CI: {DIFF_INTERVAL} of Δ (percentage points; for runs of a size fixed in advance)",
+        f"Δ 95% CI: {DIFF_INTERVAL} interval, in points (for runs whose size was fixed in advance)",
         "",
         columns(rows),
         f"TOTAL mean over tasks (each task weighted equally): ΔSR {_pct(comp.mean_diff('success'), True)}  "
