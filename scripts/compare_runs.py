@@ -1,5 +1,5 @@
 """Compare two runs paired on the (scene, task, seed) trials both have: SR/HSR difference per task and in
-total, exact McNemar p-values, and every flipped seed with both videos.
+total with Newcombe's paired 95% interval, exact McNemar p-values, and every flipped seed with both videos.
 
 Example: compare_runs.py run_ckpt_a run_ckpt_b --html /tmp/a_vs_b.html
 """

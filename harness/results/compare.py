@@ -1,7 +1,8 @@
 """Paired comparison of two runs on the episodes both have as trials.
 
 Pairing by (scene, task, seed) removes seed-to-seed difficulty from the difference, so a small change
-can be told from noise; the exact McNemar test uses only the episodes that flipped.
+can be told from noise; the exact McNemar test uses only the episodes that flipped, and Newcombe's paired
+interval says how large the difference may be.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 from harness.episode.records import is_trial
 from harness.results import ResultsError
 from harness.results.load import EpisodeKey, LoadedRun, episode_key, split_by_contract
-from harness.results.stats import PairedTest, Rate, mean_rate
+from harness.results.stats import PairedTest, Rate, mean_rate, paired_diff_interval
 from harness.results.videos import source_video
 
 
@@ -49,6 +50,16 @@ class PairedCell:
     def diff(self, metric: str) -> float | None:
         a, b = self.rate(0, metric), self.rate(1, metric)
         return None if not a.n else b.value - a.value  # type: ignore[operator]
+
+    def diff_interval(self, metric: str) -> tuple[float, float] | None:
+        """Newcombe's paired 95% interval of the difference B − A (for runs of a fixed size)."""
+        outcomes = [(bool(a.get(metric)), bool(b.get(metric))) for a, b in self.pairs]
+        return paired_diff_interval(
+            both=outcomes.count((True, True)),
+            b_only=outcomes.count((False, True)),
+            a_only=outcomes.count((True, False)),
+            neither=outcomes.count((False, False)),
+        )
 
 
 @dataclass

@@ -12,10 +12,15 @@ from harness.results.compare import Comparison, Flip, PairedCell
 from harness.results.tables import columns
 
 METRICS = (("SR", "success"), ("HSR", "hard_success"))
+DIFF_INTERVAL = "Newcombe paired 95%"
 
 
 def _pct(value: float | None, signed: bool = False) -> str:
     return "—" if value is None else f"{100 * value:{'+' if signed else ''}.1f}%"
+
+
+def _interval(bounds: tuple[float, float] | None) -> str:
+    return "—" if bounds is None else f"[{100 * bounds[0]:+.1f}, {100 * bounds[1]:+.1f}]"
 
 
 def _outcome(record: dict[str, Any]) -> str:
@@ -33,6 +38,7 @@ def _row(cell: PairedCell) -> list[str]:
             f"{a.k}/{a.n}",
             f"{b.k}/{b.n}",
             _pct(cell.diff(metric), signed=True),
+            _interval(cell.diff_interval(metric)),
             f"{test.b}/{test.c}",
             f"{test.p_value:.3g}",
         ]
@@ -43,11 +49,12 @@ def to_text(comp: Comparison) -> str:
     """The table per task and pooled, the mean-over-tasks difference, and every flipped seed."""
     head = ["task", "pairs"]
     for name, _ in METRICS:
-        head += [f"{name} A", f"{name} B", f"Δ{name}", f"{name} A>B/B>A", "p"]
+        head += [f"{name} A", f"{name} B", f"Δ{name}", f"Δ{name} 95% CI", f"{name} A>B/B>A", "p"]
     rows = [[*head, "A only/B only/errored"], *[_row(c) for c in comp.cells], _row(comp.total)]
     lines = [
         f"A = {comp.a_name}   B = {comp.b_name}   Δ = B − A, paired on (scene, task, seed) trials of both",
         "p: exact McNemar on the discordant pairs (A>B/B>A); errored episodes are not paired trials",
+        f"Δ 95% CI: {DIFF_INTERVAL} interval, in points (for runs whose size was fixed in advance)",
         "",
         columns(rows),
         f"TOTAL mean over tasks (each task weighted equally): ΔSR {_pct(comp.mean_diff('success'), True)}  "
@@ -86,10 +93,14 @@ def _cell_dict(cell: PairedCell) -> dict[str, Any]:
     }
     for name, metric in METRICS:
         test = cell.test(metric)
+        lo, hi = cell.diff_interval(metric) or (None, None)
         out[name.lower()] = {
             "a": cell.rate(0, metric).as_dict(),
             "b": cell.rate(1, metric).as_dict(),
             "diff": cell.diff(metric),
+            "diff_lo": lo,
+            "diff_hi": hi,
+            "diff_interval": DIFF_INTERVAL,
             "a_only_success": test.b,
             "b_only_success": test.c,
             "p_mcnemar_exact": test.p_value,

@@ -13,6 +13,7 @@ import pytest
 from harness.results import ResultsError
 from harness.results.compare import compare
 from harness.results.load import load_run
+from harness.results.stats import paired_diff_interval
 from support.results_fixtures import new_run, record, write_records
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,6 +45,18 @@ def test_known_flips_and_mcnemar(tmp_path: Path) -> None:
     assert push.diff("success") == 0 and push.test("success").p_value == 1.0
     assert len(comp.total.pairs) == 15
     assert comp.mean_diff("success") == pytest.approx((1 / 9 + 0) / 2)
+
+
+def test_paired_difference_interval_per_task_and_pooled(tmp_path: Path) -> None:
+    a, b = _pair(tmp_path)
+    comp = compare(load_run(a), load_run(b))
+    pick, push = comp.cells
+    # pick_cube SR, seeds 0-8: both 0,1,3,4,5; B only 7,8; A only 2; neither 6
+    assert pick.diff_interval("success") == pytest.approx(paired_diff_interval(5, 2, 1, 1))
+    lo, hi = pick.diff_interval("success")  # type: ignore[misc]
+    assert lo < pick.diff("success") < hi  # type: ignore[operator]
+    assert push.diff_interval("success") == pytest.approx(paired_diff_interval(3, 0, 0, 3))
+    assert comp.total.diff_interval("success") == pytest.approx(paired_diff_interval(8, 2, 1, 4))
 
 
 def test_no_common_trials_is_an_error(tmp_path: Path) -> None:
@@ -78,6 +91,13 @@ def test_cli_text_json_html(tmp_path: Path) -> None:
         "flipped seeds (5):" in done.stdout
         and "table/pick_cube seed 7: A failed, B hard success" in done.stdout
     )
-    assert json.loads(doc.read_text())["pooled"]["pairs"] == 15
+    pooled = json.loads(doc.read_text())["pooled"]
+    assert pooled["pairs"] == 15
+    lo, hi = paired_diff_interval(8, 2, 1, 4)  # type: ignore[misc]
+    assert (pooled["sr"]["diff_lo"], pooled["sr"]["diff_hi"]) == pytest.approx((lo, hi))
+    assert pooled["sr"]["diff_interval"] == "Newcombe paired 95%"
+    assert "ΔSR 95% CI" in done.stdout and "Δ 95% CI: Newcombe paired 95% interval" in done.stdout
+    total_row = next(line for line in done.stdout.splitlines() if line.startswith("TOTAL "))
+    assert f"[{100 * lo:+.1f}, {100 * hi:+.1f}]" in total_row
     hrefs = re.findall(r'href="([^"]+)"', page.read_text())
     assert len(hrefs) == 10 and all((page.parent / h).is_file() for h in hrefs)
