@@ -107,7 +107,7 @@ KNOBS: dict[str, Knob] = {
             False,
         ),
         Knob("SIM_AS_SERVER", "0", "1: the sim side listens and the model side connects", False),
-        # other ecosystems' policy servers (README "Bring your own policy server")
+        # other ecosystems' policy servers (docs/policy-servers.md)
         Knob("MODEL_SERVER_PROTOCOL", "native", "our server speaks native or openpi (WebSocket)", False),
         Knob("MODEL_SERVER_MAP", "", "openpi mode: YAML of openpi keys (empty: ours)", False),
         Knob("POLICY_SERVER", "", "external openpi/vla-eval server host:port", False),
