@@ -256,8 +256,8 @@ def test_cluster_up_is_idempotent_and_accounting_works(slurm: dict[str, str]) ->
 
 
 def test_readme_srun_block_works_as_written(slurm: dict[str, str], tmp_path: Path) -> None:
-    """The README's srun block, verbatim, with the fast double benchmark and sleep policy from the env."""
-    section = (ROOT / "README.md").read_text().split("## Running on a Slurm cluster", 1)[1]
+    """docs/slurm.md's srun block, verbatim, with the fast double benchmark and sleep policy from the env."""
+    section = (ROOT / "docs" / "slurm.md").read_text().split("# Running on a Slurm cluster", 1)[1]
     block = section.split("```bash\n", 1)[1].split("```", 1)[0]
     env = {
         **slurm,
