@@ -75,7 +75,7 @@ class SimClient:
             record = self.run_seed(seed)
             records.append(record)
             for note in self.notes:
-                report(f"{self.job.task} {self.task_config} seed {seed}: {note}")
+                report(f"{self.job.task} {self.task_config} seed {seed}: warning: {note}")
             self.notes.clear()
             verdict = record["error"] or ("success" if record["success"] else "fail")
             took = f"{record['steps']} steps, {record['wall_s']:.1f} s"
@@ -112,9 +112,9 @@ class SimClient:
                 error = _error_text(exc)
             finally:
                 _close_quietly(episode)
-        path = video.finish() if video is not None else None
+        path = video.finish() if video is not None else None  # never raises: the video is not the trial
         if video is not None and video.failure:
-            self.notes.append(video.failure[:ERROR_TEXT_MAX])  # the trial stands without its video
+            self.notes.append(video.failure[:ERROR_TEXT_MAX])  # the trial stands, with video null
         video_rel = str(path.relative_to(self._result_dir())) if path is not None else None
         record = self._record(
             seed, success and error is None, collided, error, steps, timing, started, video_rel
@@ -129,7 +129,7 @@ class SimClient:
         runner = ChunkRunner.from_knobs(episode.action_dim, getattr(episode, "smoothed_dims", None))
         self.client.reset(self.job.task, self.task_config, episode.instruction, seed)
         if video is not None:
-            video.add(episode.video_frame())
+            video.capture(episode.video_frame)
         steps = 0
         while steps < episode.step_limit:
             t = time.monotonic()
@@ -147,7 +147,7 @@ class SimClient:
                 done = episode.success()
                 timing.sim_s += time.monotonic() - t
                 if video is not None:
-                    video.add(episode.video_frame())
+                    video.capture(episode.video_frame)
                 self._progress(seed, steps)
                 if done:
                     return steps, True
