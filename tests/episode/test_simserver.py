@@ -1,6 +1,7 @@
 """The persistent sim process (`eval_policy_client.py --serve`) as a worker runs it: a real process
 given job lines, a real model server, a run created the proper way. What goes wrong with a unit's
-videos must never end the process: the next job must still be served by the same pid."""
+videos must never end the process: the next job must still be served by the same pid. A job in a
+run dir without its run.yaml is refused, never run outside a contract."""
 
 from __future__ import annotations
 
@@ -14,10 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from harness.config.contract import CODE_REFUSED_EXIT
 from harness.config.create import create_run
+from harness.config.manifest import ManifestError
 from harness.config.rundir import RunDir
 from harness.episode.records import read_tree
-from harness.episode.simserver import UNIT_END
+from harness.episode.simclient import SimJob
+from harness.episode.simserver import UNIT_END, external_client, run_job
+from support.fastbench import FastBench
 from support.poolkit import REPO, SLEEP_POLICY
 from support.wirekit import running_server
 
@@ -105,3 +110,19 @@ def test_broken_videos_keep_the_trial_and_the_process_serves_the_next_job(
     warnings = [line for line in sim.said if "warning: video seed1.mp4 not written" in line]
     assert len(warnings) == 2 and "FileExistsError" in warnings[0], sim.said
     assert records[("B", "table_clean", 2)]["video"] == "videos/seed2.mp4"
+
+
+def test_a_job_in_a_run_dir_without_its_manifest_is_refused(tmp_path: Path) -> None:
+    """A missing run.yaml used to skip the sim client's code check (it ran outside any contract)."""
+    (tmp_path / "queue.txt").write_text("table A\n")
+    said: list[str] = []
+    job = SimJob(tmp_path, "table", "A", [1], "w0")
+    code = run_job(FastBench(), job, tmp_path / "no-server.json", 0.3, said.append)
+    assert code == CODE_REFUSED_EXIT, said
+    assert len(said) == 1 and "refusing to run" in said[0] and str(RunDir(tmp_path).manifest) in said[0]
+    assert "scripts/new_run.py" in said[0]
+
+
+def test_an_external_server_client_needs_the_runs_manifest(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError, match=r"run\.yaml does not exist"):
+        external_client(tmp_path)

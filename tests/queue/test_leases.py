@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.config.create import create_run
 from harness.config.plan import open_queue, queue_states, run_units
 from harness.config.rundir import RunDir
 from harness.episode.records import append_record
@@ -36,6 +37,7 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RunDir:
     run = RunDir(tmp_path / "run")
     run.root.mkdir()
     run.queue.write_text("".join(f"scene{i % 3} task{i}\n" for i in range(30)))
+    create_run(run.root, run.queue)  # under the knobs above: units are planned from run.yaml
     return run
 
 
