@@ -65,6 +65,7 @@ class SimClient:
         self.server_spec: dict[str, Any] | None = None
         self.notes: list[str] = []  # things to report that do not change a record (a lost video)
         self._progress_at = float("-inf")
+        self._seed_started_at = 0.0  # epoch seconds the running seed's episode started (progress file)
 
     def run(self, report: Any = print) -> list[dict[str, Any]]:
         records = []
@@ -83,7 +84,7 @@ class SimClient:
         return records
 
     def run_seed(self, seed: int) -> dict[str, Any]:
-        started = time.monotonic()
+        started, self._seed_started_at = time.monotonic(), time.time()
         timing = Timing()
         steps, success, collided, collision, error = 0, False, False, None, None
         self._progress(seed, 0)
@@ -193,14 +194,17 @@ class SimClient:
     def _progress(self, seed: int, step: int) -> None:
         """Replace the progress file the worker watches for stalls. A write and a rename cost ~0.35 ms,
         a percent of a step, so step updates are throttled to PROGRESS_EVERY_S (the stall timeout is
-        minutes); an episode's start (step 0) is always written, it names the seed that is running."""
+        minutes); an episode's start (step 0) is always written, it names the seed that is running.
+        `started_at` (epoch seconds, this host's clock) is when that seed's episode began: a worker
+        that kills the episode records its wall time from there, not the whole job's."""
         path = self.job.progress_file
         now = time.monotonic()
         if path is None or (step and now - self._progress_at < PROGRESS_EVERY_S):
             return
         self._progress_at = now
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({"seed": int(seed), "step": int(step)}))
+        state = {"seed": int(seed), "step": int(step), "started_at": self._seed_started_at}
+        tmp.write_text(json.dumps(state))
         tmp.replace(path)
 
 
