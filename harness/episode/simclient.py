@@ -5,7 +5,9 @@ ACTION_SMOOTH/SMOOTH_ROT, FAKE_PROPRIO via harness.episode.actions.ChunkRunner) 
 success predicate holds after an executed action (any step: the episode stops there) or the task's
 step limit is reached. One record per seed goes to this writer's own metrics file. An exception in
 the simulator, or an error the policy server answers with, becomes an `error` record for that seed
-(not a trial) and the next seed runs; only a lost connection to the server stops the unit.
+(not a trial) and the next seed runs; only a lost connection to the server stops the unit. A video
+that cannot be written never changes a record: it is recorded as `video: null` and a warning line
+says why (harness.episode.video).
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ unit ends, by one line `UNIT_END {"returncode": <the one-shot CLI's exit status>
 stdout. Everything else on stdout is the unit's log. Stdin closed: the process exits 0.
 
 A unit runs exactly as the one-shot CLI runs it (`run_job`): the code check against the run's
-contract, a fresh connection to the model server, then `SimClient`. Only the benchmark object (and
+contract (a run dir whose run.yaml cannot be read is refused like a code mismatch: no episode runs
+outside a contract), a fresh connection to the model server, then `SimClient`. Only the benchmark object (and
 with it the imports, the render system and its kept envs, SIM_ENV_CACHE) outlives the unit. Before
 its first job the process warms the benchmark up (`warm_up`, where the adapter has one: ManiSkill
 renders a first frame), which the worker overlaps with its model server's load.
