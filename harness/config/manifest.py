@@ -96,7 +96,10 @@ def load_manifest(run_dir: Path | str) -> Manifest:
     try:
         data = yaml.safe_load(path.read_text())
     except FileNotFoundError:
-        raise ManifestError(f"{path} does not exist: create the run first (scripts/new_run.py)") from None
+        raise ManifestError(
+            f"{path} does not exist: {path.parent} is not a created run; create it with "
+            f"scripts/new_run.py {path.parent} --queue <queue file>"
+        ) from None
     except yaml.YAMLError as exc:
         raise ManifestError(f"{path}: not valid YAML ({exc})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:

@@ -3,7 +3,9 @@ the lease queue over those units.
 
 Seeds come from the manifest: the first EVAL_TEST_NUM of the original bank and of each fill-in
 bank, in the order the history added them (append-only, so unit slices stay stable across
-fill-ins). A run dir without run.yaml (a hand-made queue) is planned from the current knobs.
+fill-ins). A run dir without a readable run.yaml is an error (ManifestError naming the file), never
+a plan from the current knobs: a hand-made queue, or a stale NFS lookup of run.yaml, must not let
+units be planned outside the run's contract.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from harness.config import knobs
 from harness.config.manifest import Manifest, load_manifest, seed_banks
 from harness.config.paths import bundle_root
 from harness.config.rundir import Cell, RunDir, read_queue, task_config_name
-from harness.config.seedbank import SeedBankError, bank_file, read_bank, read_bank_file, resolve_root
+from harness.config.seedbank import read_bank, resolve_root
 from harness.queue.leases import LeaseQueue, QueueSettings
 from harness.queue.listing import UnitState, snapshot
 from harness.queue.units import Unit, split
@@ -58,28 +60,11 @@ def planned_seeds(
     return {cell: [s for root, lo, hi in steps for s in banks[root][cell][lo:hi]] for cell in cells}
 
 
-def _knob_seeds(cell: Cell) -> list[int]:
-    """Without a manifest: the first EVAL_TEST_NUM of the cell's bank (USE_EVAL_SEEDS=1) or 0..N-1."""
-    count = knobs.get_int("EVAL_TEST_NUM")
-    if not knobs.get_bool("USE_EVAL_SEEDS"):
-        return list(range(count))
-    root = resolve_root(knobs.get("SEEDS_ROOT"), str(bundle_root()))
-    path = bank_file(root, cell, knobs.get("BENCH_CONFIG"))
-    seeds = read_bank_file(path)
-    if len(seeds) < count:
-        raise SeedBankError(f"seed bank file {path} has {len(seeds)} seeds, EVAL_TEST_NUM={count}")
-    return seeds[:count]
-
-
 def run_units(run: RunDir) -> list[Unit]:
-    """Every unit of a run, in queue order, planned from its run.yaml (else from the knobs)."""
-    if run.manifest.exists():
-        manifest = load_manifest(run.root)
-        bench_config, unit_seeds = manifest.knobs["BENCH_CONFIG"], int(manifest.knobs["UNIT_SEEDS"])
-        plan = planned_seeds(run.root, manifest)
-    else:
-        bench_config, unit_seeds = knobs.get("BENCH_CONFIG"), knobs.get_int("UNIT_SEEDS")
-        plan = {cell: _knob_seeds(cell) for cell in read_queue(run.queue)}
+    """Every unit of a run, in queue order, planned from its run.yaml (ManifestError without one)."""
+    manifest = load_manifest(run.root)
+    bench_config, unit_seeds = manifest.knobs["BENCH_CONFIG"], int(manifest.knobs["UNIT_SEEDS"])
+    plan = planned_seeds(run.root, manifest)
     units: list[Unit] = []
     for cell, seeds in plan.items():
         units += split(cell.scene, cell.task, task_config_name(cell.scene, bench_config), seeds, unit_seeds)

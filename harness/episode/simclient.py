@@ -5,7 +5,9 @@ ACTION_SMOOTH/SMOOTH_ROT, FAKE_PROPRIO via harness.episode.actions.ChunkRunner) 
 success predicate holds after an executed action (any step: the episode stops there) or the task's
 step limit is reached. One record per seed goes to this writer's own metrics file. An exception in
 the simulator, or an error the policy server answers with, becomes an `error` record for that seed
-(not a trial) and the next seed runs; only a lost connection to the server stops the unit.
+(not a trial) and the next seed runs; only a lost connection to the server stops the unit. A video
+that cannot be written never changes a record: it is recorded as `video: null` and a warning line
+says why (harness.episode.video).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class SimClient:
         self.server_spec: dict[str, Any] | None = None
         self.notes: list[str] = []  # things to report that do not change a record (a lost video)
         self._progress_at = float("-inf")
+        self._seed_started_at = 0.0  # epoch seconds the running seed's episode started (progress file)
 
     def run(self, report: Any = print) -> list[dict[str, Any]]:
         records = []
@@ -75,7 +78,7 @@ class SimClient:
             record = self.run_seed(seed)
             records.append(record)
             for note in self.notes:
-                report(f"{self.job.task} {self.task_config} seed {seed}: {note}")
+                report(f"{self.job.task} {self.task_config} seed {seed}: warning: {note}")
             self.notes.clear()
             verdict = record["error"] or ("success" if record["success"] else "fail")
             took = f"{record['steps']} steps, {record['wall_s']:.1f} s"
@@ -83,7 +86,7 @@ class SimClient:
         return records
 
     def run_seed(self, seed: int) -> dict[str, Any]:
-        started = time.monotonic()
+        started, self._seed_started_at = time.monotonic(), time.time()
         timing = Timing()
         steps, success, collided, collision, error = 0, False, False, None, None
         self._progress(seed, 0)
@@ -112,9 +115,9 @@ class SimClient:
                 error = _error_text(exc)
             finally:
                 _close_quietly(episode)
-        path = video.finish() if video is not None else None
+        path = video.finish() if video is not None else None  # never raises: the video is not the trial
         if video is not None and video.failure:
-            self.notes.append(video.failure[:ERROR_TEXT_MAX])  # the trial stands without its video
+            self.notes.append(video.failure[:ERROR_TEXT_MAX])  # the trial stands, with video null
         video_rel = str(path.relative_to(self._result_dir())) if path is not None else None
         record = self._record(
             seed, success and error is None, collided, error, steps, timing, started, video_rel
@@ -129,7 +132,7 @@ class SimClient:
         runner = ChunkRunner.from_knobs(episode.action_dim, getattr(episode, "smoothed_dims", None))
         self.client.reset(self.job.task, self.task_config, episode.instruction, seed)
         if video is not None:
-            video.add(episode.video_frame())
+            video.capture(episode.video_frame)
         steps = 0
         while steps < episode.step_limit:
             t = time.monotonic()
@@ -147,7 +150,7 @@ class SimClient:
                 done = episode.success()
                 timing.sim_s += time.monotonic() - t
                 if video is not None:
-                    video.add(episode.video_frame())
+                    video.capture(episode.video_frame)
                 self._progress(seed, steps)
                 if done:
                     return steps, True
@@ -193,14 +196,17 @@ class SimClient:
     def _progress(self, seed: int, step: int) -> None:
         """Replace the progress file the worker watches for stalls. A write and a rename cost ~0.35 ms,
         a percent of a step, so step updates are throttled to PROGRESS_EVERY_S (the stall timeout is
-        minutes); an episode's start (step 0) is always written, it names the seed that is running."""
+        minutes); an episode's start (step 0) is always written, it names the seed that is running.
+        `started_at` (epoch seconds, this host's clock) is when that seed's episode began: a worker
+        that kills the episode records its wall time from there, not the whole job's."""
         path = self.job.progress_file
         now = time.monotonic()
         if path is None or (step and now - self._progress_at < PROGRESS_EVERY_S):
             return
         self._progress_at = now
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({"seed": int(seed), "step": int(step)}))
+        state = {"seed": int(seed), "step": int(step), "started_at": self._seed_started_at}
+        tmp.write_text(json.dumps(state))
         tmp.replace(path)
 
 

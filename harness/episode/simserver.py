@@ -8,7 +8,8 @@ unit ends, by one line `UNIT_END {"returncode": <the one-shot CLI's exit status>
 stdout. Everything else on stdout is the unit's log. Stdin closed: the process exits 0.
 
 A unit runs exactly as the one-shot CLI runs it (`run_job`): the code check against the run's
-contract, a fresh connection to the model server, then `SimClient`. Only the benchmark object (and
+contract (a run dir whose run.yaml cannot be read is refused like a code mismatch: no episode runs
+outside a contract), a fresh connection to the model server, then `SimClient`. Only the benchmark object (and
 with it the imports, the render system and its kept envs, SIM_ENV_CACHE) outlives the unit. Before
 its first job the process warms the benchmark up (`warm_up`, where the adapter has one: ManiSkill
 renders a first frame), which the worker overlaps with its model server's load.
@@ -26,9 +27,8 @@ from typing import IO, Any
 from harness.config import knobs
 from harness.config.contract import CODE_REFUSED_EXIT, check_code
 from harness.config.failures import Refused
-from harness.config.manifest import ContractMismatch, load_manifest
+from harness.config.manifest import ContractMismatch, ManifestError, load_manifest
 from harness.config.policymap import load_policy_map
-from harness.config.rundir import RunDir
 from harness.episode.bench import Benchmark
 from harness.episode.external import ExternalPolicyClient
 from harness.episode.simclient import SimClient, SimJob
@@ -47,12 +47,11 @@ def run_job(
     """Run one unit against the model server found through `ready_file`; the CLI's exit status.
     `report` gets each episode's line, `complain` (default: `report`) why the unit could not run."""
     complain = complain or report
-    if RunDir(job.run_dir).manifest.exists():
-        try:
-            check_code(job.run_dir)
-        except ContractMismatch as exc:
-            complain(f"eval_policy_client: refusing to run: {exc}")
-            return CODE_REFUSED_EXIT
+    try:  # reading run.yaml decides: a missing one is refused, never taken for "no contract"
+        check_code(job.run_dir)
+    except (ContractMismatch, ManifestError) as exc:
+        complain(f"eval_policy_client: refusing to run: {exc}")
+        return CODE_REFUSED_EXIT
     try:
         client = connect(ready_file, connect_timeout, job.run_dir)
     except (ValueError, Refused, WireError, OSError) as exc:
@@ -85,8 +84,7 @@ def connect(ready_file: Path, timeout_s: float, run_dir: Path) -> PolicyClient |
 
 def external_client(run_dir: Path) -> ExternalPolicyClient:
     """POLICY_SERVER's client; its metadata must be what the run's contract recorded, if it did."""
-    run = RunDir(run_dir)
-    section = load_manifest(run.root).contract.get("policy_server") if run.manifest.exists() else None
+    section = load_manifest(run_dir).contract.get("policy_server")
     expect = section.get("metadata_sha256") if isinstance(section, dict) else None
     mapping = load_policy_map(knobs.get("POLICY_SERVER_MAP") or "POLICY_SERVER_MAP is not set")
     return ExternalPolicyClient(knobs.get("POLICY_SERVER"), mapping, expect)

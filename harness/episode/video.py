@@ -3,15 +3,18 @@
 Frames go through a queue to a writer thread that feeds ffmpeg, so the episode loop never waits on
 the encoder's pipe (measured: ~6 ms a step on the loop's critical path when written inline). Streaming
 rather than buffering keeps a long episode's memory flat. The file appears under its final name only
-when complete. A video never costs an episode: an encoder failure leaves no file and is reported in
-`failure`, never raised, so the episode's result is recorded as it happened.
+when complete. A video never costs an episode: no method raises. A `videos/` dir that cannot be
+made, a frame that cannot be taken, an encoder failure or a final rename that fails leaves no file
+and is reported in `failure` by `finish()`, so the episode's result is recorded as it happened.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +41,30 @@ class VideoWriter:
         self.failure: str | None = None  # why no video was written, once finish() has run
 
     def add(self, frame: np.ndarray) -> None:
-        if self._thread is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            height, width = frame.shape[:2]
-            self._thread = threading.Thread(target=self._encode, args=(width, height), daemon=True)
-            self._thread.start()
-        self._frames.put(np.array(frame, dtype=np.uint8, order="C"))
+        """Queue one frame; after a failure, frames are dropped (the failure is `finish()`'s to say)."""
+        if self._failure is not None:
+            return
+        try:
+            if self._thread is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                height, width = frame.shape[:2]
+                self._thread = threading.Thread(target=self._encode, args=(width, height), daemon=True)
+                self._thread.start()
+            self._frames.put(np.array(frame, dtype=np.uint8, order="C"))
+        except Exception as exc:  # no videos/ dir (a file in its place, a full disk), a bad frame
+            self._failure = exc
+
+    def capture(self, source: Callable[[], np.ndarray]) -> None:
+        """Take a frame from `source` (the episode's video camera) and queue it; a source that fails
+        costs the video, not the episode. After a failure the source is no longer called."""
+        if self._failure is not None:
+            return
+        try:
+            frame = source()
+        except Exception as exc:
+            self._failure = exc
+            return
+        self.add(frame)
 
     def _encode(self, width: int, height: int) -> None:
         import imageio_ffmpeg
@@ -77,19 +98,25 @@ class VideoWriter:
             self._thread = None
 
     def finish(self) -> Path | None:
-        """Wait for the encoder and publish the file; None when no frame was written or the encoder
-        failed (then `failure` says why)."""
-        if self._thread is None:
-            return None
+        """Wait for the encoder and publish the file; None when no frame was written or the video
+        failed (then `failure` says why). Never raises."""
+        started = self._thread is not None
         self._stop()
-        if self._failure is not None:
+        if self._failure is None:
+            if not started:
+                return None  # no frame was ever added
+            try:
+                self._tmp.replace(self.path)
+                return self.path
+            except OSError as exc:  # the final name is taken by a dir, the dir went away, ...
+                self._failure = exc
+        with contextlib.suppress(OSError):
             self._tmp.unlink(missing_ok=True)
-            why = f"{type(self._failure).__name__}: {self._failure}"
-            self.failure = f"video {self.path.name} not written: {why}"
-            return None
-        self._tmp.replace(self.path)
-        return self.path
+        why = f"{type(self._failure).__name__}: {self._failure}"
+        self.failure = f"video {self.path.name} not written: {why}"
+        return None
 
     def abandon(self) -> None:
         self._stop()
-        self._tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self._tmp.unlink(missing_ok=True)

@@ -83,13 +83,12 @@ class Worker:
         self.failure: Exception | None = None  # what stopped a slot thread (raised again by main)
 
     def verify(self) -> None:
-        """Refuse to run under a contract other than the run's (when the run has a manifest)."""
-        if self.run.manifest.exists():
-            self.env["EVAL_CONTRACT"] = verify_environment(self.run.root)
-            os.environ["EVAL_CONTRACT"] = self.env["EVAL_CONTRACT"]
-            self.log(f"contract {self.env['EVAL_CONTRACT'][:12]} verified against {self.run.manifest}")
-        else:
-            self.log(f"no {self.run.manifest}: running without a contract check")
+        """Refuse to run under a contract other than the run's. A run dir whose manifest cannot be
+        read is refused too (ManifestError): reading it decides, never an exists() probe, which a
+        stale NFS negative lookup can answer "no" and so turn off the check."""
+        self.env["EVAL_CONTRACT"] = verify_environment(self.run.root)
+        os.environ["EVAL_CONTRACT"] = self.env["EVAL_CONTRACT"]
+        self.log(f"contract {self.env['EVAL_CONTRACT'][:12]} verified against {self.run.manifest}")
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.log(f"got signal {signum}: finishing the current step, releasing the lease")

@@ -9,8 +9,10 @@ worker before slots existed.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,9 +21,20 @@ from harness.config.rundir import RunDir
 from harness.queue.leases import LeaseQueue
 from harness.queue.units import Unit
 from harness.worker.model_server_process import ModelServerProcess
-from harness.worker.sim_process import SimOutcome, SimProcess
+from harness.worker.sim_process import SimOutcome, SimProcess, read_progress
 from harness.worker.unit_records import record_errored
 from harness.worker.worklog import WorkerLog
+
+
+def episode_wall_s(progress: Path, seed: int, job_wall_s: float) -> float:
+    """How long `seed`'s episode ran: from the `started_at` its progress file gives to now, within
+    the job's wall time (a clock step cannot stretch it). `job_wall_s` when the file names no start
+    of this seed: the episode never began, so the attempt's time is all the job's."""
+    raw, named = read_progress(progress)
+    started = json.loads(raw).get("started_at") if named == seed else None
+    if not isinstance(started, int | float) or isinstance(started, bool):
+        return job_wall_s
+    return round(min(max(time.time() - started, 0.0), job_wall_s), 3)
 
 
 def writer_id(worker_id: str, index: int) -> str:
@@ -58,7 +71,8 @@ class SimSlot:
         info: dict, wall_s: float,
     ) -> str | None:  # fmt: skip
         """Log how the sim process ended `todo`; record the running episode as errored when it was
-        killed or exited mid-episode. What went wrong (None when the unit ran or was cancelled)."""
+        killed or exited mid-episode, with that episode's wall time (`wall_s` is the whole job's).
+        What went wrong (None when the unit ran or was cancelled)."""
         if outcome.returncode == 0 and outcome.killed is None:
             self.log(f"sim client finished {len(todo)} seeds", unit)
             return None
@@ -70,7 +84,8 @@ class SimSlot:
         if seed is None:  # killed before its first step: the first seed without a record was running
             seed = next((s for s in todo if s not in recorded), None)
         if seed is not None and seed not in recorded:
-            record_errored(run, unit, seed, why, info, self.writer_id, wall_s)
+            episode_s = episode_wall_s(self.progress, seed, wall_s)
+            record_errored(run, unit, seed, why, info, self.writer_id, episode_s)
             self.log(f"{why}: episode recorded as errored", unit, seed)
         else:
             self.log(f"{why}: no episode was running, nothing recorded", unit, seed)

@@ -111,7 +111,8 @@ def test_one_record_per_seed_and_a_crash_does_not_stop_the_unit(records) -> None
     assert all(r["contract"] == "abc123" and r["policy"] == "scripted" and r["ckpt"] == "c1" for r in recs)
     path = RunDir(tmp_path / "run").metrics_file("T", "scripted", "table_clean", "c1", "w7")
     assert path.exists()
-    assert json.loads((tmp_path / "progress.json").read_text()) == {"seed": 5, "step": 0}
+    progress = json.loads((tmp_path / "progress.json").read_text())
+    assert (progress["seed"], progress["step"]) == (5, 0) and isinstance(progress["started_at"], float)
 
 
 def test_stops_at_the_first_success(records) -> None:
@@ -129,5 +130,37 @@ def test_a_video_failure_keeps_the_finished_trial(tmp_path: Path, monkeypatch: p
     job = SimJob(tmp_path / "run", "table", "T", [0, 1], "w7")
     recs = SimClient(bench, ScriptedPolicy(), job).run(said.append)
     assert [(r["error"], r["success"], r["video"]) for r in recs] == [(None, True, None), (None, False, None)]
-    assert any("seed 0: video seed0.mp4 not written" in line for line in said)
+    assert any("seed 0: warning: video seed0.mp4 not written" in line for line in said)
     assert not list((tmp_path / "run").rglob("*.mp4"))
+
+
+def _video_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[SimClient, Path, list[str]]:
+    monkeypatch.setenv("RECORD_VIDEO", "1")
+    monkeypatch.setenv("BENCH_CONFIG", "clean")
+    said: list[str] = []
+    job = SimJob(tmp_path / "run", "table", "T", [0], "w7")
+    result_dir = RunDir(tmp_path / "run").result_dir("T", "scripted", "table_clean", "c1")
+    result_dir.mkdir(parents=True)
+    return SimClient(ScriptedBench({0: (3, None)}), ScriptedPolicy(), job), result_dir, said
+
+
+def test_a_videos_dir_that_cannot_be_made_keeps_the_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 20, item 3: a success was recorded as error="FileExistsError...", steps 0."""
+    client, result_dir, said = _video_job(tmp_path, monkeypatch)
+    (result_dir / "videos").write_text("not a dir")
+    [rec] = client.run(said.append)
+    assert (rec["error"], rec["success"], rec["steps"], rec["video"]) == (None, True, 3, None)
+    assert any("seed 0: warning: video seed0.mp4 not written: FileExistsError" in line for line in said), said
+    assert read_tree(RunDir(tmp_path / "run").results).records[("T", "table_clean", 0)]["success"]
+
+
+def test_a_failed_video_rename_keeps_the_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 20, item 3: the rename's OSError left the episode loop (and killed the persistent sim)."""
+    client, result_dir, said = _video_job(tmp_path, monkeypatch)
+    (result_dir / "videos" / "seed0.mp4" / "taken").mkdir(parents=True)  # the final name is a busy dir
+    [rec] = client.run(said.append)
+    assert (rec["error"], rec["success"], rec["steps"], rec["video"]) == (None, True, 3, None)
+    assert any("seed 0: warning: video seed0.mp4 not written" in line for line in said), said
+    assert not list(result_dir.rglob("*.part.mp4"))

@@ -63,3 +63,43 @@ def test_the_encoder_runs_niced_and_the_episode_loop_does_not(tmp_path: Path) ->
         assert os.getpriority(os.PRIO_PROCESS, 0) == ours
     finally:
         writer.finish()
+
+
+def test_a_videos_dir_that_cannot_be_made_costs_the_video_not_the_caller(tmp_path: Path) -> None:
+    """Issue 20, item 3: `add` raised FileExistsError into the episode when videos/ was a file."""
+    (tmp_path / "videos").write_text("a regular file where the videos dir should be")
+    writer = VideoWriter(tmp_path / "videos" / "seed0.mp4")
+    for frame in _frames(3):
+        writer.add(frame)  # must not raise
+    assert writer.finish() is None
+    assert writer.failure is not None
+    assert writer.failure.startswith("video seed0.mp4 not written: FileExistsError")
+    assert _ffmpeg_children() == []
+
+
+def test_a_final_rename_that_fails_costs_the_video_not_the_caller(tmp_path: Path) -> None:
+    """Issue 20, item 3: `finish` let the rename's OSError out (it killed the persistent sim)."""
+    (tmp_path / "seed0.mp4").mkdir()
+    (tmp_path / "seed0.mp4" / "taken").write_text("a non-empty dir holds the final name")
+    writer = VideoWriter(tmp_path / "seed0.mp4")
+    for frame in _frames(3):
+        writer.add(frame)
+    assert writer.finish() is None  # must not raise
+    assert writer.failure is not None and "not written" in writer.failure and "seed0.mp4" in writer.failure
+    assert not list(tmp_path.glob("*.part.mp4")), "the encoded part file must not be left behind"
+
+
+def test_a_frame_source_that_fails_is_not_called_again(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def broken() -> np.ndarray:
+        calls.append(1)
+        raise RuntimeError("video camera gone")
+
+    writer = VideoWriter(tmp_path / "seed0.mp4")
+    writer.capture(lambda: _frames(1)[0])
+    writer.capture(broken)
+    writer.capture(broken)
+    assert writer.finish() is None and len(calls) == 1
+    assert writer.failure == "video seed0.mp4 not written: RuntimeError: video camera gone"
+    assert not list(tmp_path.glob("*.mp4"))

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import knobs
+from harness.config.create import create_run
 from harness.config.plan import open_queue, queue_states, run_units
 from harness.config.rundir import RunDir
 from harness.queue.units import Unit
@@ -48,8 +49,10 @@ class Views:
         return self.mnt1 if mount == 1 else self.mnt2
 
     def write_queue(self, cells: list[str]) -> None:
+        """Create the run through mount 1 (queue.txt, then run.yaml under the environment's knobs)."""
         self.mnt1.root.mkdir()
         self.mnt1.queue.write_text("".join(f"{cell}\n" for cell in cells))
+        create_run(self.mnt1.root, self.mnt1.queue)
 
     def unit(self, key: str) -> Unit:
         return next(u for u in run_units(self.mnt2) if u.key == key)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.config.create import create_run
 from harness.config.plan import open_queue
 from harness.config.rundir import RunDir
 from harness.queue.units import Unit
@@ -24,6 +25,7 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RunDir:
     run = RunDir(tmp_path / "run")
     run.root.mkdir()
     run.queue.write_text("".join(f"table task{i}\n" for i in range(6)))  # 6 tasks x 4 one-seed units
+    create_run(run.root, run.queue)  # under the knobs above: units are planned from run.yaml
     return run
 
 

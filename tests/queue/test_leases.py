@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.config.create import create_run
 from harness.config.plan import open_queue, queue_states, run_units
 from harness.config.rundir import RunDir
 from harness.episode.records import append_record
@@ -33,9 +34,15 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RunDir:
     }.items():  # fmt: skip
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    run = RunDir(tmp_path / "run")
+    return _created(tmp_path / "run", "".join(f"scene{i % 3} task{i}\n" for i in range(30)))
+
+
+def _created(root: Path, queue_text: str) -> RunDir:
+    """A run created over `queue_text` under the environment's knobs: units are planned from run.yaml."""
+    run = RunDir(root)
     run.root.mkdir()
-    run.queue.write_text("".join(f"scene{i % 3} task{i}\n" for i in range(30)))
+    run.queue.write_text(queue_text)
+    create_run(run.root, run.queue)
     return run
 
 
@@ -185,8 +192,8 @@ def test_dead_slurm_job_is_reaped(tmp_path: Path) -> None:
     assert "4242" in str(reaper.Judge(60, 0, job_alive=lambda job: job != "4242").reason(view))
 
 
-def test_crash_limit_quarantines_with_last_error(run: RunDir) -> None:
-    run.queue.write_text("s crashy\ns fine\n")
+def test_crash_limit_quarantines_with_last_error(run: RunDir, tmp_path: Path) -> None:
+    run = _created(tmp_path / "crashy-run", "s crashy\ns fine\n")
     for attempt in (1, 2, 3):  # a different worker each time: the count is shared
         queue = _queue(run, f"w{attempt}")
         while (lease := queue.claim()).unit.task != "crashy":

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.config.create import create_run
 from harness.config.plan import queue_states
 from harness.config.rundir import RunDir
 from harness.episode.records import read_tree
@@ -22,14 +23,18 @@ SLEEP_POLICY = str(REPO / "tests" / "policies" / "sleep")
 
 
 def make_run(root: Path, cells: list[tuple[str, str]]) -> RunDir:
+    """A run dir holding only its queue file; `pool_env` creates the run (run.yaml) under its knobs."""
     run = RunDir(root)
     run.root.mkdir(parents=True)
     run.queue.write_text("".join(f"{scene} {task}\n" for scene, task in cells))
     return run
 
 
-def pool_env(run: RunDir, **extra: str) -> dict[str, str]:
-    """The knobs of a fast pool: fake benchmark, sleep policy, no videos, short timeouts."""
+def pool_env(run: RunDir, create: bool = True, **extra: str) -> dict[str, str]:
+    """The knobs of a fast pool: fake benchmark, sleep policy, no videos, short timeouts. With `create`
+    the run is created from its queue.txt under those knobs, as scripts/new_run.py creates it
+    (create_run; the same contract again is a no-op): a worker refuses a run dir without run.yaml.
+    A test that raises EVAL_TEST_NUM records the fill-in first (harness.config.fillin)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(
         RUN_DIR=str(run.root), EVAL_ROOT=str(REPO), PYTHONPATH=str(REPO),
@@ -38,6 +43,8 @@ def pool_env(run: RunDir, **extra: str) -> dict[str, str]:
         LEASE_SKEW_S="1", STALL_TIMEOUT="20", CRASH_LIMIT="3", FASTBENCH_STEPS="2", FASTBENCH_STEP_MS="2",
     )  # fmt: skip
     env.update(extra)
+    if create:
+        create_run(run.root, run.queue, env)
     return env
 
 

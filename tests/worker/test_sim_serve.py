@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 
+from harness.config.create import create_run
 from harness.episode.simserver import UNIT_END, serve
 from support.fastbench import FastBench
 
@@ -16,6 +18,8 @@ def _answers(out: str) -> list[dict]:
 
 
 def test_each_job_line_gets_one_answer_and_a_bad_line_is_named(tmp_path: Path) -> None:
+    (tmp_path / "queue.txt").write_text("s t\n")
+    create_run(tmp_path, tmp_path / "queue.txt", {**os.environ, "USE_EVAL_SEEDS": "0"})  # a created run
     job = {"run_dir": str(tmp_path), "scene": "s", "task": "t", "seeds": [0], "writer_id": "w"}
     lines = ["not json", "", json.dumps({**job, "seeds": []}), json.dumps({"scene": "s"}), json.dumps(job)]
     out = io.StringIO()

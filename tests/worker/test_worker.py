@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.config.fillin import record_fillin
 from harness.config.rundir import RunDir
 from harness.episode.records import read_tree
 from harness.queue import slurmjob
@@ -45,7 +46,8 @@ def test_pool_runs_the_queue_then_resumes_only_new_seeds(tmp_path: Path) -> None
     check_finished(run, env, set())
     before = read_tree(run.results).records
     assert len(before) == 12
-    env = pool_env(run, EVAL_TEST_NUM="3")  # a fill-in: only the third seed of every cell runs
+    record_fillin(run.root, eval_test_num=3, env=env)  # a fill-in: only the third seed of every cell runs
+    env = pool_env(run, EVAL_TEST_NUM="3")
     _run_pool(env, 2, tmp_path)
     check_finished(run, env, set())
     after = read_tree(run.results).records
@@ -110,7 +112,7 @@ def test_episode_code_edited_after_the_workers_check_is_refused_by_the_sim_clien
     code = copy_code(tmp_path / "code")
     (tmp_path / "queue.txt").write_text("s t0\n")
     run = RunDir(tmp_path / "runs" / "r")
-    env = pool_env(run, EVAL_ROOT=str(code), PYTHONPATH=str(code), POLICY_ARGS="load_s=3",
+    env = pool_env(run, create=False, EVAL_ROOT=str(code), PYTHONPATH=str(code), POLICY_ARGS="load_s=3",
                    POLICY=str(code / "tests" / "policies" / "sleep"))  # fmt: skip
     made = subprocess.run(
         [env.get("SIM_PY", sys.executable), str(code / "scripts" / "new_run.py"), str(run.root),
