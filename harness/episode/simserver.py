@@ -11,7 +11,8 @@ A unit runs exactly as the one-shot CLI runs it (`run_job`): the code check agai
 contract, a fresh connection to the model server, then `SimClient`. Only the benchmark object (and
 with it the imports, the render system and its kept envs, SIM_ENV_CACHE) outlives the unit. Before
 its first job the process warms the benchmark up (`warm_up`, where the adapter has one: ManiSkill
-renders a first frame), which the worker overlaps with its model server's load.
+renders a first frame), which the worker overlaps with its model server's load; a warm-up that
+fails ends the process with NO_BENCHMARK before any job (this node cannot run the benchmark).
 """
 
 from __future__ import annotations

@@ -71,6 +71,18 @@ def _answers(port: int) -> bool:
         conn.close()
 
 
+def test_a_units_own_fault_is_counted_and_its_crash_record_names_the_cause(tmp_path: Path) -> None:
+    """The control: a unit whose episodes crash is the unit's fault, counted and quarantined, and
+    the quarantine reason (the crash record `status` shows) says so; the worker runs on (exit 0)."""
+    run = make_run(tmp_path / "run", [("s", "ok"), ("s", "crashes")])
+    env = pool_env(run, FASTBENCH_CRASH="crashes", CRASH_LIMIT="1", WORKER_FAULT_LIMIT="1")
+    code = _wait_worker(start_worker(env, "w0", tmp_path / "w0.log"), 120)
+    assert code == 0, (tmp_path / "w0.log").read_text()
+    crashes = list(run.leases.glob("*.crash.*"))
+    assert [p.name.split(".crash.")[0] for p in crashes] == ["s__crashes__0-2"]
+    assert crashes[0].read_text() == "unit: 2 seeds errored"
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
