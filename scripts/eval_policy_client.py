@@ -4,7 +4,9 @@ Knobs (BENCHMARK, BENCH_CONFIG, IMAGE_SIZE, EXEC_ACTIONS, ACTION_SMOOTH, RECORD_
 the environment. Records go to this writer's own metrics file in the run dir, videos next to it.
 Exit 0 when every seed has a record (errored episodes included); 2 when it cannot run at all (bad
 arguments, no model server, spec mismatch); 3 when the connection to the server is lost mid-unit;
-5 (no episode run) when the code it runs is not the code the run's contract hashed.
+4 when the benchmark or its renderer cannot start on this node (it cannot be loaded, or its
+warm-up fails); 5 (no episode run) when the code it runs is not the code the run's contract hashed.
+A worker reads 2 and 3 as the model server's fault and 4 as the node's, never as the unit's.
 
 --serve (how a worker runs it): one process for many units, one JSON job line per unit on stdin,
 answered by a `UNIT_END {"returncode": <the exit status above>, "pid": ...}` line on stdout
@@ -25,7 +27,7 @@ from harness.config import knobs
 from harness.config.failures import run_command
 from harness.episode.bench import load_benchmark
 from harness.episode.simclient import SimJob
-from harness.episode.simserver import CANNOT_START, run_job, serve
+from harness.episode.simserver import NO_BENCHMARK, run_job, serve
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -57,9 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         bench = load_benchmark(knobs.get("BENCHMARK"))
-    except (ValueError, OSError) as exc:
-        print(f"eval_policy_client: cannot start: {exc}", file=sys.stderr)
-        return CANNOT_START
+    except (ValueError, OSError, ImportError, RuntimeError) as exc:  # a bad spec, or a broken install
+        print(f"eval_policy_client: cannot start the benchmark: {exc}", file=sys.stderr)
+        return NO_BENCHMARK
     if args.serve:
         return serve(bench, args.ready_file, args.connect_timeout, args.worker_pid)
     job = SimJob(

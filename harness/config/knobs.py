@@ -86,6 +86,12 @@ KNOBS: dict[str, Knob] = {
         Knob("HEARTBEAT_S", "5", "seconds between lease heartbeats", False),
         Knob("LEASE_SKEW_S", "5", "tolerance added to LEASE_TTL for clock skew between nodes", False),
         Knob("CRASH_LIMIT", "3", "errored attempts of a unit before it is quarantined", False),
+        Knob(
+            "WORKER_FAULT_LIMIT",
+            "3",
+            "attempts in a row failing for a model server or node cause before the worker stops (exit 1)",
+            False,
+        ),
         Knob("STALL_TIMEOUT", "300", "seconds a sim client may make no progress before it is killed", False),
         Knob("PER_TASK_TIMEOUT", "7200", "seconds one unit may take before it is killed", False),
         Knob("MODEL_START_TIMEOUT", "900", "seconds a worker waits for its model server to be ready", False),

@@ -12,7 +12,8 @@ contract (a run dir whose run.yaml cannot be read is refused like a code mismatc
 outside a contract), a fresh connection to the model server, then `SimClient`. Only the benchmark object (and
 with it the imports, the render system and its kept envs, SIM_ENV_CACHE) outlives the unit. Before
 its first job the process warms the benchmark up (`warm_up`, where the adapter has one: ManiSkill
-renders a first frame), which the worker overlaps with its model server's load.
+renders a first frame), which the worker overlaps with its model server's load; a warm-up that
+fails ends the process with NO_BENCHMARK before any job (this node cannot run the benchmark).
 """
 
 from __future__ import annotations
@@ -36,7 +37,10 @@ from harness.wire.client import PolicyClient
 from harness.wire.errors import PeerClosed, WireError
 
 UNIT_END = "UNIT_END "  # the prefix of the answer line that ends a unit in `--serve` mode
-CANNOT_START, LOST_SERVER = 2, 3  # the one-shot CLI's exit statuses (scripts/eval_policy_client.py)
+# The one-shot CLI's exit statuses (scripts/eval_policy_client.py), which the worker reads as a
+# cause (harness/worker/faults.py): no model server, a refused pairing or bad arguments; the server
+# lost mid-unit; the benchmark or its renderer cannot start on this node.
+CANNOT_START, LOST_SERVER, NO_BENCHMARK = 2, 3, 4
 JOB_FIELDS = ("run_dir", "scene", "task", "seeds", "writer_id")
 
 
@@ -113,29 +117,33 @@ def answer(out: IO[str], returncode: int) -> None:
     out.flush()
 
 
-def warm_up(bench: Benchmark, complain: Callable[[str], None]) -> None:
-    """Run the adapter's optional `warm_up()` (the renderer's start-up, paid before any unit). A
-    failure is said and left to the first episode, which records it."""
+def warm_up(bench: Benchmark, complain: Callable[[str], None]) -> bool:
+    """Run the adapter's optional `warm_up()` (the renderer's start-up, paid before any unit); False,
+    said, when it failed: this node cannot run the benchmark, no unit could run here."""
     warm = getattr(bench, "warm_up", None)
     if warm is None:
-        return
+        return True
     try:
         warm()
     except Exception as exc:
-        complain(f"eval_policy_client: warm-up failed (the first episode records why): {exc}")
+        complain(f"eval_policy_client: cannot start: the benchmark's warm-up failed: {exc!r}")
+        return False
+    return True
 
 
 def serve(
     bench: Benchmark, ready_file: Path, connect_timeout: float, worker_pid: int | None,
     jobs: IO[str] = sys.stdin, out: IO[str] = sys.stdout,
 ) -> int:  # fmt: skip
-    """Run each job line read from `jobs` as a unit and answer it; 0 when `jobs` ends."""
+    """Run each job line read from `jobs` as a unit and answer it; 0 when `jobs` ends, NO_BENCHMARK
+    (no job read) when the benchmark cannot warm up."""
 
     def report(line: str) -> None:
         out.write(line + "\n")
         out.flush()
 
-    warm_up(bench, lambda line: print(line, file=sys.stderr, flush=True))
+    if not warm_up(bench, lambda line: print(line, file=sys.stderr, flush=True)):
+        return NO_BENCHMARK
     for line in jobs:
         if not line.strip():
             continue

@@ -8,7 +8,9 @@ has its own lease queue, progress file and persistent sim process; its claims pr
 task its process already ran, never waiting for one. The worker exits 0 when every unit is done or
 quarantined, when its Slurm allocation has no time left for another unit, or on SIGTERM (its leases
 released, no record torn); 2 when its environment does not match the run's manifest, 1 when its
-model server cannot start.
+model server cannot start, or when WORKER_FAULT_LIMIT attempts in a row failed for a cause that is
+not their unit's (harness/worker/faults.py: the model server, or this node), leases released.
+Only a unit's own faults count towards its CRASH_LIMIT.
 """
 
 from __future__ import annotations
@@ -39,12 +41,13 @@ from harness.queue import slurmjob
 from harness.queue.lease import Lease
 from harness.queue.owner import pid_namespace
 from harness.queue.units import Unit
-from harness.worker import children, slot_count
+from harness.worker import children, faults, slot_count
 from harness.worker.external_server import ExternalServer
+from harness.worker.faults import Fault
 from harness.worker.model_server_process import ModelServerError, ModelServerProcess
 from harness.worker.sim_process import read_progress
 from harness.worker.sim_slot import SimSlot, open_slot
-from harness.worker.unit_records import finished_seeds, missing_seeds, now_iso
+from harness.worker.unit_records import finished_seeds, missing_seeds, now_iso, seeds_written_since
 from harness.worker.worklog import WorkerLog
 
 MAX_SERVER_RESTARTS = 3  # a model server that keeps dying stops its worker (exit 1), not the run
@@ -81,6 +84,7 @@ class Worker:
         self.units: list[Unit] = []
         self.unit_times: list[float] = []
         self.failure: Exception | None = None  # what stopped a slot thread (raised again by main)
+        self.breaker = faults.Breaker(1)  # WORKER_FAULT_LIMIT, read (and refused if bad) by main
 
     def verify(self) -> None:
         """Refuse to run under a contract other than the run's. A run dir whose manifest cannot be
@@ -116,6 +120,7 @@ class Worker:
             if knobs.get_bool("SIM_AS_SERVER") and count != 1:
                 raise ValueError("knob SIMS_PER_WORKER: must be 1 with SIM_AS_SERVER=1 (one listening sim)")
             cache_size()  # SIM_ENV_CACHE: refused here, not in every sim process
+            self.breaker = faults.Breaker(knobs.get_int("WORKER_FAULT_LIMIT", minimum=1))
             self.verify()
             self.units = run_units(self.run)  # a bad queue file or seed bank: refused
             self.add_slot()
@@ -135,7 +140,7 @@ class Worker:
                 raise self.failure
             self.log("no unit left to claim" if not self.stop.is_set() else "stopped")
             return 0
-        except ModelServerError as exc:
+        except (ModelServerError, faults.BreakerTripped) as exc:
             self.log(f"cannot run: {exc}")
             return 1
         except ContractMismatch as exc:
@@ -206,7 +211,7 @@ class Worker:
         resume = knobs.get_bool("EVAL_RESUME_SEEDS")
         todo = missing_seeds(result_dir, unit) if resume else list(unit.seeds)
         log(f"claimed: {len(todo)} of {len(unit.seeds)} seeds to run", unit)
-        error = self.run_seeds(slot, lease, todo, info, result_dir) if todo else None
+        fault = self.run_seeds(slot, lease, todo, info, result_dir) if todo else None
         records = read_tree(result_dir).records
         mine = [records[k] for s in unit.seeds if (k := (unit.task, unit.task_config, s)) in records]
         if lease.lost.is_set():
@@ -219,27 +224,36 @@ class Worker:
         if not left:
             ok = queue.mark(lease, done=True)
             log("done" if ok else "lease lost before marking done: not marked", unit)
+            self.breaker.record(None)
             return mine
-        reason = error or f"{len(left)} seeds errored"
-        if not self.server.alive() or self.server.starts != starts:
-            log(f"model server died during the unit ({reason}): retrying later, not a crash", unit)
-            queue.mark(lease, done=False)
+        died = faults.server_down(self.server) is not None or self.server.starts != starts
+        self.release_failed(slot, lease, faults.of_attempt(fault, len(left), died))
+        return mine
+
+    def release_failed(self, slot: SimSlot, lease: Lease, fault: Fault) -> None:
+        """Release a unit whose attempt failed: a unit fault counts towards its CRASH_LIMIT, any other
+        cause does not, but counts towards this worker's breaker (which may stop it)."""
+        unit, log = lease.unit, slot.log
+        if fault.cause != faults.UNIT:
+            log(f"{fault}: retrying later, not a crash", unit)
+            slot.queue.mark(lease, done=False)
             if self.server.starts - 1 >= MAX_SERVER_RESTARTS:
                 died = self.server.starts - 1
                 raise ModelServerError(f"model server died {died} times: see {self.server.log}")
-        elif queue.release_errored(lease, reason):
-            log(f"quarantined after {queue.crashes[unit.key]} errored attempts: {reason}", unit)
+        elif slot.queue.release_errored(lease, str(fault)):
+            log(f"quarantined after {slot.queue.crashes[unit.key]} errored attempts: {fault}", unit)
         else:
-            log(f"errored attempt {queue.crashes[unit.key]}: {reason}", unit)
-        return mine
+            log(f"errored attempt {slot.queue.crashes[unit.key]}: {fault}", unit)
+        self.breaker.record(fault)
 
     def run_seeds(
         self, slot: SimSlot, lease: Lease, seeds: list[int], info: dict, result_dir: Path
-    ) -> str | None:
-        """Run the sim process until every seed of this pass was attempted; the last error, if any."""
+    ) -> Fault | None:
+        """Run the sim process until every seed of this pass was attempted once, or a fault that is
+        not the unit's ends the pass; what went wrong last (None when nothing did)."""
         unit = lease.unit
         deadline = time.monotonic() + knobs.get_float("PER_TASK_TIMEOUT")
-        todo, error = list(seeds), None
+        todo, fault = list(seeds), None
         # a beat before each job: a worker resumed from a freeze learns at once that it lost the lease
         while todo and not self.stop.is_set() and lease.beat():
             info = self.server.ensure(knobs.get_float("MODEL_START_TIMEOUT"))
@@ -253,19 +267,17 @@ class Worker:
                 raise ContractMismatch("the sim client refused to run (its log line above says why)", [])
             if slot.sim.alive():
                 slot.held.add((unit.task, unit.task_config))
-            records = read_tree(result_dir).records
-            recorded = {  # seeds this job wrote a record for
-                s
-                for s in todo
-                if str(records.get((unit.task, unit.task_config, s), {}).get("finished_at", "")) >= since
-            }
+            recorded = seeds_written_since(self.run, unit, info, slot.writer_id, since, todo)
             wall_s = time.monotonic() - started
-            error = slot.settle(self.run, unit, outcome, todo, recorded, info, wall_s) or error
+            slot.settle(self.run, unit, outcome, todo, recorded, info, wall_s)
+            fault = faults.classify(outcome, faults.server_down(self.server)) or fault
             attempted = recorded | ({outcome.seed} if outcome.seed is not None else set())
-            if not attempted & set(todo) or outcome.killed == "unit timeout":
-                break  # the client could not run at all, or the unit is out of time
+            if (fault is not None and fault.cause != faults.UNIT) or outcome.killed == "unit timeout":
+                break  # not the unit's fault: no later seed can run either; or the unit is out of time
+            if not attempted & set(todo):
+                break  # the client could not run at all
             todo = [s for s in todo if s not in attempted]
-        return error
+        return fault
 
     def sim_line_logger(self, slot: SimSlot, unit: Unit) -> Callable[[str], None]:
         """The sim process's output goes into this worker's log, each line tagged with unit and seed."""

@@ -26,6 +26,7 @@ from harness.worker import children
 
 POLL_S = 0.2
 UNIT_END = "UNIT_END "  # harness.episode.simserver.UNIT_END: the worker stage does not import episode code
+COMPLAINT = "eval_policy_client: "  # how the sim client's lines saying why it cannot run begin
 CLOSE_GRACE_S = 5.0
 
 
@@ -34,6 +35,7 @@ class SimOutcome:
     returncode: int
     killed: str | None  # why the worker killed it: stalled, unit timeout, cancelled, model server died
     seed: int | None  # the seed running at the end (from the progress file), if any
+    said: str | None = None  # the sim client's last line saying why it could not run, if any
 
 
 def read_progress(path: Path) -> tuple[bytes, int | None]:
@@ -56,6 +58,7 @@ class SimProcess:
         self._answers: queue.Queue[int] = queue.Queue()  # the returncodes of its UNIT_END lines
         self._ended = threading.Event()  # its stdout ended (it exited)
         self._on_line: Callable[[str], None] = lambda line: None
+        self._said: str | None = None  # the last COMPLAINT line of the current unit
 
     @property
     def pid(self) -> int | None:
@@ -94,14 +97,16 @@ class SimProcess:
         `deadline` (monotonic), on any `cancel` event, or as soon as its peer (the model server) is
         dead: a client dialling a dead server's stale ready file would otherwise wait for the stall."""
         progress.unlink(missing_ok=True)
-        self._on_line = on_line
+        self._on_line, self._said = on_line, None
         proc = self._ensure()
         try:
             assert proc.stdin is not None
             proc.stdin.write((json.dumps(job) + "\n").encode())
             proc.stdin.flush()
         except OSError:  # it died between units: what it exited with is this unit's outcome
-            return SimOutcome(self._reap(proc), None, None)
+            returncode = self._reap(proc)
+            self._ended.wait(CLOSE_GRACE_S)  # its last lines relayed: what it said before it died
+            return SimOutcome(returncode, None, None, self._said)
         answers, ended = self._answers, self._ended
         last_raw, seed = b"", None
         last_change = time.monotonic()
@@ -133,7 +138,7 @@ class SimProcess:
                 returncode = self._reap(proc, kill=True)
                 break
         _, final_seed = read_progress(progress)
-        return SimOutcome(returncode, killed, final_seed if final_seed is not None else seed)
+        return SimOutcome(returncode, killed, final_seed if final_seed is not None else seed, self._said)
 
     def _reap(self, proc: subprocess.Popen, kill: bool = False) -> int:
         """Its exit status; killed first (with its session) when `kill`. The next unit starts anew."""
@@ -165,5 +170,7 @@ class SimProcess:
                     continue
                 except (ValueError, KeyError, TypeError):
                     pass  # not an answer after all: it is a log line
+            if line.startswith(COMPLAINT):
+                self._said = line
             self._on_line(line)
         ended.set()

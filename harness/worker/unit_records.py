@@ -3,6 +3,7 @@ record of an episode it had to kill (counted apart, never as a failure; retried 
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from datetime import UTC, datetime
@@ -33,6 +34,30 @@ def missing_seeds(result_dir: Path, unit: Unit) -> list[int]:
     """The seeds still to run: never recorded, or whose latest record is an errored episode."""
     done = finished_seeds(read_tree(result_dir), unit)
     return [seed for seed in unit.seeds if seed not in done]
+
+
+def seeds_written_since(
+    run: RunDir, unit: Unit, info: dict, writer: str, since: str, seeds: list[int]
+) -> set[int]:
+    """Seeds of `seeds` that `writer` itself recorded at `since` or later: every line of its own
+    metrics file, not each seed's winning record. An older record of a writer id that sorts higher
+    (or an older trial of this writer) wins the seed, which then looked unattempted and ran again."""
+    path = run.metrics_file(unit.task, info["policy"], unit.task_config, info.get("ckpt", ""), writer)
+    try:
+        lines = path.read_bytes().split(b"\n")
+    except FileNotFoundError:
+        return set()
+    wanted, found, unit_cell = set(seeds), set(), (unit.task, unit.task_config)
+    for raw in lines:
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            continue  # blank, or torn by a writer killed mid-line
+        if not isinstance(rec, dict) or (rec.get("task"), rec.get("task_config")) != unit_cell:
+            continue
+        if rec.get("seed") in wanted and str(rec.get("finished_at", "")) >= since:
+            found.add(rec["seed"])
+    return found
 
 
 def errored_record(unit: Unit, seed: int, error: str, info: dict, worker: str, wall_s: float) -> dict:

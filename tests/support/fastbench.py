@@ -4,6 +4,7 @@ Same interface as `harness.episode.bench`, no simulator: an episode is FASTBENCH
 FASTBENCH_STEP_MS each; success is decided by the seed (seed % 4 != 0). Chosen tasks misbehave:
 FASTBENCH_CRASH="task,..." makes every episode of those tasks raise (their units must end up
 quarantined); FASTBENCH_HANG="task/seed,..." makes that episode hang (a stall).
+FASTBENCH_NO_RENDERER=1 is a node whose renderer is broken: the warm-up and every episode raise.
 """
 
 from __future__ import annotations
@@ -66,7 +67,12 @@ class FastBench:
     def check(self, task: str, bench_config: str) -> None:
         """Any task and config name builds a fast episode."""
 
+    def warm_up(self) -> None:
+        if os.environ.get("FASTBENCH_NO_RENDERER") == "1":
+            raise RuntimeError("fastbench: no Vulkan device (FASTBENCH_NO_RENDERER=1)")
+
     def make_episode(self, task: str, bench_config: str, seed: int, *, render: bool = True) -> FastEpisode:
+        self.warm_up()  # a broken renderer fails every episode too
         if task in _listed("FASTBENCH_CRASH"):
             raise RuntimeError(f"fastbench: task {task} is made to crash")
         if f"{task}/{seed}" in _listed("FASTBENCH_HANG"):

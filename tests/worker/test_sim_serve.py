@@ -8,8 +8,10 @@ import json
 import os
 from pathlib import Path
 
+from harness.config.contract import CODE_REFUSED_EXIT
 from harness.config.create import create_run
-from harness.episode.simserver import UNIT_END, serve
+from harness.episode.simserver import CANNOT_START, LOST_SERVER, NO_BENCHMARK, UNIT_END, serve
+from harness.worker import faults
 from support.fastbench import FastBench
 
 
@@ -63,10 +65,20 @@ def test_the_benchmark_warms_up_before_the_first_job(tmp_path: Path, capsys) -> 
     assert [a["returncode"] for a in _answers(out.getvalue())] == [2]
 
 
-def test_a_failed_warm_up_is_said_and_the_jobs_still_run(tmp_path: Path, capsys) -> None:
+def test_a_failed_warm_up_ends_the_process_with_the_node_exit_status(tmp_path: Path, capsys) -> None:
+    """A renderer that cannot start fails every episode on this node: the process says so and exits
+    NO_BENCHMARK, which the worker reads as the node's fault, not the units' (issue 20)."""
     seen: list[str] = []
     out = io.StringIO()
     bench = _WarmBench(seen, fail=True)
-    assert serve(bench, tmp_path / "none.json", 0.3, None, _Jobs("not json\n", seen), out) == 0
-    assert "warm-up failed (the first episode records why): no Vulkan device" in capsys.readouterr().err
-    assert [a["returncode"] for a in _answers(out.getvalue())] == [2]
+    assert serve(bench, tmp_path / "none.json", 0.3, None, _Jobs("not json\n", seen), out) == NO_BENCHMARK
+    said = capsys.readouterr().err
+    assert "cannot start: the benchmark's warm-up failed: RuntimeError('no Vulkan device')" in said
+    assert seen == ["warm-up"] and _answers(out.getvalue()) == []  # no job read
+
+
+def test_the_worker_reads_the_sim_exit_statuses_the_sim_uses() -> None:
+    """The worker mirrors the sim's exit statuses (it does not import the sim's code): they agree."""
+    mirrored = (faults.CANNOT_START, faults.LOST_SERVER, faults.NO_BENCHMARK)
+    assert mirrored == (CANNOT_START, LOST_SERVER, NO_BENCHMARK)
+    assert len({CANNOT_START, LOST_SERVER, NO_BENCHMARK, CODE_REFUSED_EXIT}) == 4
