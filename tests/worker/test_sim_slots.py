@@ -206,7 +206,9 @@ def test_sim_slots_are_batched_together_by_their_model_server(tmp_path: Path) ->
 def test_a_bad_env_cache_size_is_refused_naming_the_knob(tmp_path: Path) -> None:
     run = make_run(tmp_path / "run", [("s", "t0")])
     log = tmp_path / "w0.log"
-    assert _run_worker(pool_env(run, SIM_ENV_CACHE="-1"), log, timeout=60) == 2
+    env = pool_env(run)  # a valid run; the worker's own environment carries the bad value
+    env["SIM_ENV_CACHE"] = "-1"
+    assert _run_worker(env, log, timeout=60) == 2
     text = log.read_text()
     assert "refusing to run: knob SIM_ENV_CACHE='-1': expected an integer 0..64 (0 = off)" in text
     assert "Traceback" not in text
