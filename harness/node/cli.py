@@ -16,13 +16,15 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.config import knobs
 from harness.config.failures import run_command
 from harness.config.paths import resolve_checkpoint
 from harness.node.codesync import code_copy
-from harness.node.staging import GB, StagingError, hold, node_lock, prune, stage
+from harness.node.holds import HoldError, hold
+from harness.node.staging import GB, StagingError, Wanted, node_lock, prune, stage, want
 from harness.node.venvs import install_pin, is_venv, relocate
 
 
@@ -67,34 +69,31 @@ def prepare(log=print) -> dict[str, str]:
     cache = Path(knobs.get("NODE_CACHE"))
     eval_root = Path(os.environ["EVAL_ROOT"]).resolve()
     pin = knobs.get("SIM_PIN").strip()
-    wanted = [] if knobs.get("STAGE_ENVS").strip() == "none" else knobs.get("STAGE_ENVS").split()
-    unknown = set(wanted) - {"sim", "model"}
+    envs = [] if knobs.get("STAGE_ENVS").strip() == "none" else knobs.get("STAGE_ENVS").split()
+    unknown = set(envs) - {"sim", "model"}
     if unknown:
         raise StagingError(f"STAGE_ENVS={knobs.get('STAGE_ENVS')!r}: unknown env(s) {sorted(unknown)}")
-    if pin and "sim" not in wanted:
+    if pin and "sim" not in envs:
         raise StagingError(f"SIM_PIN={pin} needs the sim env staged: add 'sim' to STAGE_ENVS")
     out = {"SIM_PY": os.environ["SIM_PY"], "MODEL_PY": os.environ["MODEL_PY"], "CKPT_DIR": ""}
-    in_use: set[Path] = set()
     with node_lock(cache):
         holder = int(os.environ.get("EVAL_NODE_PID") or os.getppid())  # the node script, for its lifetime
         (cache / "code").mkdir(parents=True, exist_ok=True)
-        code = code_copy(eval_root, cache / "code", holder)
+        code = code_copy(eval_root, cache / "code")
         log(f"[node] code of {eval_root}: version {code.name} in {code}")
-        for env_name in wanted:
-            key = f"{env_name.upper()}_PY"
-            python = out[key]
-            out[key] = str(_stage_env(cache, Path(python), pin if env_name == "sim" else "", eval_root, log))
-            in_use.add(Path(out[key]).parent.parent.parent)
-        ckpt = resolve_checkpoint(knobs.get("CKPT_NAME"))
-        if ckpt is not None:
-            staged = stage(cache, "ckpt", ckpt, log=log)
-            out["CKPT_DIR"] = str(staged)
-            in_use.add(staged.parent)
-        backbones = knobs.get("STAGE_BACKBONES").split()
+        hub = Path(os.environ.get("HF_HOME", "")) / "hub"
+        wanted, posts = _choose(cache, envs, out, pin, hub, eval_root, log)
+        in_use = {w.root for w in wanted.values()}  # making room for one never removes another
+        staged = {key: stage(w, keep=in_use, post=posts.get(key), log=log) for key, w in wanted.items()}
+        for key in ("SIM_PY", "MODEL_PY"):
+            if key in staged:
+                out[key] = str(staged[key] / "bin" / "python")
+        if "CKPT_DIR" in staged:
+            out["CKPT_DIR"] = str(staged["CKPT_DIR"])
+        backbones = {key.split("/", 1)[1]: path for key, path in staged.items() if key.startswith("hub/")}
         if backbones:
-            out["HF_HOME"] = str(_stage_backbones(cache, Path(os.environ["HF_HOME"]), backbones, in_use, log))
-        for root in in_use:
-            hold(root, holder)
+            out["HF_HOME"] = str(_backbone_home(cache, hub, backbones))
+        hold([code, *in_use], holder)
         keep = set(knobs.get("CACHE_KEEP").split())
         removed = prune(cache, int(knobs.get_float("CACHE_MAX_GB") * GB), in_use, keep)
         for path in removed:
@@ -106,13 +105,40 @@ def prepare(log=print) -> dict[str, str]:
     return out
 
 
-def _stage_env(cache: Path, python: Path, pin: str, eval_root: Path, log) -> Path:
-    """Stage the venv of `python` (with the pin installed when given); returns the staged python."""
+def _choose(
+    cache: Path, envs: list[str], pythons: dict[str, str], pin: str, hub: Path, eval_root: Path, log
+) -> tuple[dict[str, Wanted], dict[str, Callable[[Path], None]]]:
+    """Everything this launch will use (by export name, `hub/<name>` for a backbone), chosen before
+    anything is copied, and the step each venv copy needs before it is published."""
+    wanted: dict[str, Wanted] = {}
+    posts: dict[str, Callable[[Path], None]] = {}
+    for env_name in envs:
+        key = f"{env_name.upper()}_PY"
+        venv, env_pin = _venv_of(Path(pythons[key])), pin if env_name == "sim" else ""
+        wanted[key] = want(cache, "env", venv, extra=env_pin)
+        posts[key] = _venv_post(venv, env_pin, eval_root, log)
+    ckpt = resolve_checkpoint(knobs.get("CKPT_NAME"))
+    if ckpt is not None:
+        wanted["CKPT_DIR"] = want(cache, "ckpt", ckpt)
+    for name in knobs.get("STAGE_BACKBONES").split():
+        if not (hub / name).is_dir():
+            raise StagingError(f"STAGE_BACKBONES: {hub / name} does not exist")
+        wanted[f"hub/{name}"] = want(cache, "hf", hub / name)
+    return wanted, posts
+
+
+def _venv_of(python: Path) -> Path:
+    """The venv whose python `python` is (not resolved: a venv's python links to the base one)."""
     venv = Path(os.path.abspath(python)).parent.parent
     if not is_venv(venv):
         raise StagingError(
             f"cannot stage {python}: {venv} is not a Python venv (set STAGE_ENVS=none to run in place)"
         )
+    return venv
+
+
+def _venv_post(venv: Path, pin: str, eval_root: Path, log) -> Callable[[Path], None]:
+    """What a fresh copy of `venv` needs before it is published: relocating, and `pin` installed."""
     wheelhouse = Path(knobs.get("WHEELHOUSE"))
     wheelhouse = wheelhouse if wheelhouse.is_absolute() else eval_root / wheelhouse
 
@@ -122,20 +148,15 @@ def _stage_env(cache: Path, python: Path, pin: str, eval_root: Path, log) -> Pat
             log(f"[node] installing SIM_PIN={pin} from {wheelhouse} into {copy}")
             log(f"[node] SIM_PIN verified: {install_pin(copy, pin, wheelhouse)}")
 
-    return stage(cache, "env", venv, extra=pin, post=post, log=log) / "bin" / "python"
+    return post
 
 
-def _stage_backbones(cache: Path, hf_home: Path, names: list[str], in_use: set[Path], log) -> Path:
+def _backbone_home(cache: Path, hub: Path, staged: dict[str, Path]) -> Path:
     """A node-local HF_HOME whose hub links the staged backbones locally and everything else to NFS."""
-    hub = hf_home / "hub"
-    local = cache / "hf_home" / hashlib.sha256(str(hf_home).encode()).hexdigest()[:8]
+    local = cache / "hf_home" / hashlib.sha256(str(hub.parent).encode()).hexdigest()[:8]
     (local / "hub").mkdir(parents=True, exist_ok=True)
     links = {child.name: child for child in hub.iterdir()} if hub.is_dir() else {}
-    for name in names:
-        if not (hub / name).is_dir():
-            raise StagingError(f"STAGE_BACKBONES: {hub / name} does not exist")
-        links[name] = stage(cache, "hf", hub / name, log=log)
-        in_use.add(links[name].parent)
+    links.update(staged)
     for name, target in links.items():
         link = local / "hub" / name
         tmp = link.with_name(f".{name}.link{os.getpid()}")
@@ -157,7 +178,7 @@ def main() -> None:
         else:
             env = prepare(log=lambda msg: print(msg, file=sys.stderr, flush=True))
             print("\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items()))
-    except (StagingError, ValueError) as err:
+    except (StagingError, HoldError, ValueError) as err:
         print(f"[node {node_name()}] error: {err}", file=sys.stderr)
         sys.exit(2)
 

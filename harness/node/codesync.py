@@ -5,7 +5,7 @@ edit on the shared tree must take effect at the next launch without re-staging e
 copies the shared tree's code into `<cache>/code/<name>-<content hash>/` (or reuses that version's
 copy), so a worker still running an older version on this node never sees a file change under it:
 the code a run's contract hashed stays the code its workers run. The copies in use are held by
-their node script (`staging.hold`); the older unheld ones beyond KEEP_VERSIONS are removed.
+their node script (`holds.hold`); the older unheld ones beyond KEEP_VERSIONS are removed.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from harness.config.fingerprint import fingerprint
-from harness.node.staging import held, hold
+from harness.node.holds import held
 
 KEEP_VERSIONS = 3  # unheld older code copies kept per node (they are small)
 CODE_DIRS = ("harness", "scripts", "policy", "slurm", "tests", "orchestrators")
@@ -24,8 +24,9 @@ _SKIP = {"__pycache__", ".pytest_cache", ".ruff_cache"}
 COMPLETE = ".code-version"  # written last: a copy without it is half made, never used
 
 
-def code_copy(source: Path, cache: Path, holder: int) -> Path:
-    """This version of `source`'s code under `cache` (copied now unless a copy exists), held by `holder`."""
+def code_copy(source: Path, cache: Path) -> Path:
+    """This version of `source`'s code under `cache` (copied now unless a copy exists); the caller
+    holds it (under the node lock, before another launch can look)."""
     parts = [source / n for n in (*CODE_DIRS, *CODE_FILES) if (source / n).exists()]
     version = fingerprint(parts, source, exclude=()).sha256[:16]
     dest = cache / f"{source.name}-{version}"
@@ -39,7 +40,6 @@ def code_copy(source: Path, cache: Path, holder: int) -> Path:
             os.rename(tmp, dest)
         except OSError:  # another launch on this node published the same version meanwhile
             shutil.rmtree(tmp, ignore_errors=True)
-    hold(dest, holder)
     os.utime(dest / COMPLETE)
     _drop_old_versions(cache, keep=dest)
     return dest

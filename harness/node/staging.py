@@ -6,8 +6,9 @@ stat key (paths, sizes, mtimes: not a content fingerprint, which would read ever
 source gets a new entry and an unchanged one is reused for the cost of a stat walk. A copy goes to a
 temp dir and is renamed into place; the stamp is written last, so an entry without a stamp (a crash,
 a full disk) is garbage, never loaded. All changes happen under a node-local lock, so concurrent
-jobs on one node stage once. The cache is bounded by pruning
-the least recently used entries that are neither in use nor named in CACHE_KEEP.
+jobs on one node stage once. The cache is bounded by pruning the least recently used entries that
+are neither in use nor named in CACHE_KEEP. A launch chooses everything it will use first (`want`),
+so making room for one of its copies never removes another of its entries, staged or reused.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config.failures import Failed
-from harness.queue.owner import start_ticks
+from harness.node.holds import held
 
 STAMP = ".stage.json"
 USED = ".used"
@@ -95,38 +96,63 @@ def entries(cache: Path) -> list[Entry]:
     return found
 
 
-def stage(
-    cache: Path,
-    kind: str,
-    source: Path,
-    *,
-    extra: str = "",
-    post: Callable[[Path], None] | None = None,
-    log: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr),
-) -> Path:
-    """The node-local copy of `source`, copied now only if no entry with its stat key exists.
+@dataclass(frozen=True)
+class Wanted:
+    """A source chosen for staging and the entry it goes to: known (and so kept from pruning) before
+    anything is copied, its stat key taken once."""
 
-    `post(payload)` runs on the copy at its final path before the stamp is written (e.g. relocating a
-    venv, installing a pin); `extra` joins the stat key (e.g. the pin). Call under `node_lock`.
-    """
+    kind: str
+    source: Path  # resolved
+    extra: str
+    key: str  # the stat key
+    root: Path  # <cache>/<kind>/<label>-<key>
+    size: int
+
+    @property
+    def label(self) -> str:
+        return self.source.name
+
+    @property
+    def payload(self) -> Path:
+        return self.root / self.label
+
+
+def want(cache: Path, kind: str, source: Path, extra: str = "") -> Wanted:
+    """Where `source` (with `extra` joining its stat key, e.g. a pin) goes in the cache of `kind`."""
     if not source.exists():
         raise StagingError(f"cannot stage {source}: it does not exist")
     source = source.resolve()
-    (cache / kind).mkdir(parents=True, exist_ok=True)
-    fp, size = stat_key(source, extra)
-    label = source.name
-    root = cache / kind / f"{label}-{fp}"
+    key, size = stat_key(source, extra)
+    return Wanted(kind, source, extra, key, cache / kind / f"{source.name}-{key}", size)
+
+
+def stage(
+    wanted: Wanted,
+    *,
+    keep: Collection[Path] = (),
+    post: Callable[[Path], None] | None = None,
+    log: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr),
+) -> Path:
+    """The node-local copy of `wanted.source`, copied now only if its entry is not published.
+
+    Making room for the copy never removes an entry in `keep` (what the caller's launch uses besides
+    this one). `post(payload)` runs on the copy at its final path before the stamp is written (e.g.
+    relocating a venv, installing a pin). Call under `node_lock`.
+    """
+    root, label = wanted.root, wanted.label
+    cache = root.parent.parent
     if (root / STAMP).exists():
         (root / USED).touch()
-        return root / label
-    _clear_garbage(cache / kind)
-    _ensure_space(cache, size, source, keep={root})
-    tmp = cache / kind / f".tmp-{label}-{fp}-{os.getpid()}"
+        return wanted.payload
+    root.parent.mkdir(parents=True, exist_ok=True)
+    _clear_garbage(root.parent)
+    _ensure_space(cache, wanted.size, wanted.source, keep={root, *keep})
+    tmp = root.parent / f".tmp-{label}-{wanted.key}-{os.getpid()}"
     tmp.mkdir(parents=True)
     start = time.monotonic()
-    log(f"[stage] copying {source} ({size / GB:.2f} GB) -> {root}")
+    log(f"[stage] copying {wanted.source} ({wanted.size / GB:.2f} GB) -> {root}")
     try:
-        _copy(source, tmp / label)
+        _copy(wanted.source, tmp / label)
         os.rename(tmp, root)
         if post is not None:
             post(root / label)
@@ -134,37 +160,20 @@ def stage(
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
         raise
-    meta = {"label": label, "source": str(source), "stat_key": fp, "size": size, "staged_at": time.time()}
+    meta = {
+        "label": label, "source": str(wanted.source), "stat_key": wanted.key, "size": wanted.size,
+        "staged_at": time.time(),
+    }  # fmt: skip
     _write_atomic(root / STAMP, json.dumps(meta, indent=1))
     (root / USED).touch()
     log(f"[stage] staged {label} in {time.monotonic() - start:.1f}s")
-    return root / label
-
-
-HOLD_PREFIX = ".held-by."  # + <pid>: a node run on this host that runs from the entry
-
-
-def hold(entry_root: Path, pid: int) -> None:
-    """Mark `entry_root` in use by process `pid` (a node script) for as long as that process lives."""
-    (entry_root / f"{HOLD_PREFIX}{pid}").touch()
-
-
-def held(entry_root: Path) -> bool:
-    """True while some live process holds the entry; the holds of dead processes are dropped."""
-    alive = False
-    for mark in entry_root.glob(f"{HOLD_PREFIX}*"):
-        pid = mark.name[len(HOLD_PREFIX) :]
-        if pid.isdigit() and start_ticks(int(pid)) is not None:
-            alive = True
-        else:
-            mark.unlink(missing_ok=True)
-    return alive
+    return wanted.payload
 
 
 def prune(cache: Path, max_bytes: int, in_use: set[Path], keep_labels: set[str]) -> list[Path]:
     """Remove least recently used entries until the cache fits `max_bytes`; returns what was removed.
 
-    Entries in use by this node run, entries another live node run on this host holds (`hold`) and
+    Entries in use by this node run, entries another live node run on this node holds (`holds`) and
     entries whose label is in `keep_labels` are never removed.
     """
     found = sorted(entries(cache), key=lambda e: e.last_used)

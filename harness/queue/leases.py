@@ -19,9 +19,10 @@ a held lease is `harness.queue.lease`):
     <key>.done             a hint for listings that `<key>/done.<gen>` exists (created after it)
     <key>.crash.<n>        the n-th errored attempt (created exclusively; holds the error). A unit
                            with CRASH_LIMIT of them is quarantined: reported and never claimed again.
-    .claim.<host>.<pid>.<gen>/  a worker's next claim, owner file inside, waiting to be renamed
+    .claim.<host>.<ns>.<pid>.<gen>/  a worker's next claim, owner file inside, waiting to be renamed
+                           (<ns>: the PID namespace's inode, so a pid is judged only in its own)
     .tomb.<key>.<tok>/     a released or reaped lease dir being deleted (transient)
-    .probe.<host>.<pid>    a process's probe of the server clock (transient)
+    .probe.<host>.<ns>.<pid>  a process's probe of the server clock (transient)
 
 Every decision is the result of an atomic call (rename, exclusive create): on NFS a stat or exists
 can be wrong for tens of seconds. A listing only proposes candidates; the claim's rename decides.
@@ -49,7 +50,7 @@ from pathlib import Path
 from harness.queue import reaper
 from harness.queue.lease import Heartbeat, Lease, write_once
 from harness.queue.listing import CRASH, DONE, scan
-from harness.queue.owner import owner_record
+from harness.queue.owner import namespace_tag, owner_record
 from harness.queue.units import Unit
 
 IDLE_S = 0.25  # first wait when every pending unit is leased; doubles up to HEARTBEAT_S
@@ -111,6 +112,7 @@ class LeaseQueue:
                     return None
                 if not self._candidates:
                     if not self.reap_pass():
+                        self.close()  # no staged claim ages while idle: its age says its owner lives
                         time.sleep(self._idle_s)
                         self._idle_s = min(self._idle_s * 2, self.heartbeat.interval)
                     continue
@@ -137,7 +139,7 @@ class LeaseQueue:
     def refresh(self) -> bool:
         """Re-list the queue; False when nothing is left to do."""
         listing = scan(self.root)
-        reaper.sweep_tombs(self.root, listing.names)
+        reaper.sweep_tombs(self.root, listing.names, max_age_s=self.ttl + self.judge.skew)
         self.crashes.update(listing.crashes)
         self.finished |= listing.done & self.units.keys()
         self.finished |= {key for key in self.units if self.quarantined(key)}
@@ -151,12 +153,15 @@ class LeaseQueue:
     def _try(self, key: str) -> Lease | None:
         """One claim attempt: rename the staged dir (owner file inside) onto the lease name."""
         stage, generation = self._stage()
-        if time.monotonic() - self._stamped > self.heartbeat.interval:  # a fresh heartbeat to claim with
-            os.utime(stage / f"owner.{generation}.0", None)
-            self._stamped = time.monotonic()
         try:
+            if time.monotonic() - self._stamped > self.heartbeat.interval:  # a fresh heartbeat to claim with
+                os.utime(stage / f"owner.{generation}.0", None)
+                self._stamped = time.monotonic()
             os.rename(stage, self.root / key)
         except OSError as exc:
+            if reaper.lost_errno(exc):  # a sweeper judged the staged claim dead: stage a new one
+                self._staged = None
+                return None
             if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
                 raise
             self._misses += 1
@@ -168,11 +173,18 @@ class LeaseQueue:
 
     def _stage(self) -> tuple[Path, str]:
         """The private dir of the next claim, its owner file written; reused across missed tries."""
-        if self._staged is None:
+        while self._staged is None:
             generation = secrets.token_hex(6)
-            stage = self.root / f"{reaper.CLAIM_PREFIX}{socket.gethostname()}.{os.getpid()}.{generation}"
+            maker = f"{socket.gethostname()}.{namespace_tag()}.{os.getpid()}"
+            stage = self.root / f"{reaper.CLAIM_PREFIX}{maker}.{generation}"
             os.mkdir(stage)
-            write_once(stage / f"owner.{generation}.0", json.dumps(owner_record(self.worker_id, generation)))
+            record = json.dumps(owner_record(self.worker_id, generation))
+            try:
+                write_once(stage / f"owner.{generation}.0", record)
+            except OSError as exc:
+                if not reaper.lost_errno(exc):
+                    raise
+                continue  # swept while this process stalled here: stage anew
             self._staged, self._stamped = (stage, generation), time.monotonic()
         return self._staged
 

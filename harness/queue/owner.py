@@ -45,6 +45,12 @@ def pid_namespace() -> str:
         return ""
 
 
+def namespace_tag() -> str:
+    """This PID namespace's inode number, for names that must say whose pid they carry ("x" when
+    unknown: then no name of ours is ever judged by its pid)."""
+    return "".join(c for c in pid_namespace() if c.isdigit()) or "x"
+
+
 @cache
 def _own_start_ticks(pid: int) -> int | None:
     return start_ticks(pid)  # keyed by pid: a forked child asks again
@@ -64,6 +70,15 @@ def owner_record(worker_id: str, generation: str) -> dict[str, Any]:
         "claimed_at": time.time(),
         "generation": generation,
     }
+
+
+def pid_gone_here(host: str, namespace: str, pid: str) -> bool | None:
+    """Whether the process a name (`<host>`, `namespace_tag()`, `<pid>`) was made by is gone: None
+    when the pid cannot say (another host, another PID namespace, an unknown one): then only the
+    thing's age can."""
+    if host != socket.gethostname() or namespace != namespace_tag() or namespace == "x" or not pid.isdigit():
+        return None
+    return start_ticks(int(pid)) is None
 
 
 def dead_on_this_host(record: dict[str, Any]) -> bool:

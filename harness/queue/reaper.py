@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import secrets
 import shutil
@@ -35,8 +36,8 @@ from harness.queue import owner as owners
 from harness.queue import slurmjob
 
 TOMB_PREFIX = ".tomb."
-CLAIM_PREFIX = ".claim."  # + <host>.<pid>.<gen>: a claim being prepared
-PROBE_PREFIX = ".probe."
+CLAIM_PREFIX = ".claim."  # + <host>.<pid namespace>.<pid>.<gen>: a claim being prepared
+PROBE_PREFIX = ".probe."  # + <host>.<pid namespace>.<pid>: a clock probe
 
 
 def lost_errno(exc: OSError) -> bool:
@@ -51,13 +52,13 @@ class ServerClock:
         self.root = root
 
     def now(self) -> float:
-        path = self.root / f"{PROBE_PREFIX}{socket.gethostname()}.{os.getpid()}"
+        path = self.root / f"{PROBE_PREFIX}{socket.gethostname()}.{owners.namespace_tag()}.{os.getpid()}"
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError:
             return time.time()  # cannot write the queue dir (a read-only viewer): the local clock
         try:
-            os.utime(path, None)
+            os.utime(fd, None)  # by fd: a sweeper that unlinked the name meanwhile costs nothing
             return os.fstat(fd).st_mtime
         finally:
             os.close(fd)
@@ -180,19 +181,57 @@ def bury(root: Path, path: Path, key: str) -> bool:
     return True
 
 
-def sweep_tombs(root: Path, names: list[str]) -> None:
+def sweep_tombs(root: Path, names: list[str], max_age_s: float = math.inf) -> None:
     """Delete tombstones a reaper or releaser died before deleting, and the staged claims and clock
-    probes of processes of this host that are gone (a SIGKILL leaves them)."""
-    host = socket.gethostname()
+    probes of processes that are gone (a SIGKILL leaves them).
+
+    A claim or probe is named for its host, PID namespace and pid. Of this host and PID namespace it
+    is gone when its pid is; of any other (a container beside us on this host, another host) the pid
+    says nothing here, so it is gone only once older than `max_age_s` on the server's clock: a live
+    claim is re-stamped every heartbeat while it is tried, a probe lives for one reading.
+    """
+    now: float | None = None
     for name in names:
         if name.startswith(TOMB_PREFIX):
             shutil.rmtree(root / name, ignore_errors=True)
-        elif name.startswith(CLAIM_PREFIX):
-            claim_host, _, pid = name[len(CLAIM_PREFIX) :].rpartition(".")[0].rpartition(".")
-            if claim_host == host and pid.isdigit() and owners.start_ticks(int(pid)) is None:
-                shutil.rmtree(root / name, ignore_errors=True)
+            continue
+        if name.startswith(CLAIM_PREFIX):
+            *maker, generation = _maker(name[len(CLAIM_PREFIX) :], 4)
+            stamp = root / name / f"owner.{generation}.0"
         elif name.startswith(PROBE_PREFIX):
-            probe_host, _, pid = name[len(PROBE_PREFIX) :].rpartition(".")
-            if probe_host == host and pid.isdigit() and owners.start_ticks(int(pid)) is None:
-                with contextlib.suppress(OSError):
-                    os.unlink(root / name)
+            maker, stamp = _maker(name[len(PROBE_PREFIX) :], 3), root / name
+        else:
+            continue
+        gone = owners.pid_gone_here(*maker)
+        if gone is None and max_age_s < math.inf:
+            now = ServerClock(root).now() if now is None else now
+            gone = now - _mtime(stamp, root / name) > max_age_s
+        if not gone:
+            continue
+        with contextlib.suppress(OSError):  # a sweep is best effort: the next listing tries again
+            if name.startswith(CLAIM_PREFIX):
+                bury(root, root / name, name)  # renamed first: a claim its owner takes meanwhile stays whole
+            else:
+                os.unlink(root / name)
+
+
+def _maker(rest: str, parts: int) -> list[str]:
+    """`<host>.<namespace>.<pid>[.<gen>]` split into `parts` fields (a host may hold dots); a name
+    of another layout gets fields that match no host, so only its age judges it."""
+    fields = rest.rsplit(".", parts - 1)
+    return fields if len(fields) == parts else ["", "", "", ""][:parts]
+
+
+def _mtime(*paths: Path) -> float:
+    """The server mtime of the first of `paths` that exists, read fresh (open + fstat); +inf if none
+    does (gone meanwhile: nothing to sweep)."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            return os.fstat(fd).st_mtime
+        finally:
+            os.close(fd)
+    return math.inf

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -164,10 +165,30 @@ def test_two_models_in_parallel_both_complete_with_the_pools_help(
         "--model",
         "tests/policies/noisy",
     )
-    slow = {"EVAL_TEST_NUM": "4", "UNIT_SEEDS": "1", "FASTBENCH_STEP_MS": "150"}
-    done = run(snapshot, env, "parallel_models", *args, **slow)
+    names = ("par_tests-policies-sleep", "par_tests-policies-noisy")
+    gate = runs.parent / "gate"
+    gate.mkdir()
+    # The dedicated pools wait until the shared pool has recorded in their run: on a busy machine
+    # they could otherwise finish a run before the shared pool starts (or reaches the second model).
+    opened = threading.Event()
+
+    def open_each_run_once_the_shared_pool_recorded_in_it() -> None:
+        while not opened.is_set():
+            for name in names:
+                if lines(runs / name):  # only the shared pool can have recorded while the gate is shut
+                    (gate / name).touch()
+            opened.wait(0.3)
+
+    watcher = threading.Thread(target=open_each_run_once_the_shared_pool_recorded_in_it, daemon=True)
+    watcher.start()
+    extra = {"EVAL_TEST_NUM": "4", "UNIT_SEEDS": "1", "FASTBENCH_GATE": f"{gate}:shared"}
+    try:
+        done = run(snapshot, env, "parallel_models", *args, **extra)
+    finally:
+        opened.set()
+        watcher.join()
     assert done.returncode == 0, done.stdout + done.stderr
-    for name in ("par_tests-policies-sleep", "par_tests-policies-noisy"):
+    for name in names:
         counts = trials(runs / name)
         assert set(counts) == planned("clean", [0, 1, 2, 3]) and max(counts.values()) == 1, counts
         pools = {r["worker"].rsplit("-w", 1)[0] for r in lines(runs / name)}

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from harness.node import cli as node
+from harness.node import staging
 from harness.node.codesync import code_copy, sync_code
-from harness.node.staging import StagingError
+from harness.node.holds import hold
+from harness.node.staging import StagingError, entries, stage, want
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM_ENV = ROOT / "envs" / "sim"
@@ -59,8 +65,18 @@ def test_code_refresh_propagates_edits_and_deletions(tmp_path: Path) -> None:
     assert not (dst / "harness" / "b.py").exists()
 
 
+@pytest.fixture
+def node_script(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """A stand-in for the node script whose lifetime the staged entries are held for."""
+    script = subprocess.Popen(["sleep", "600"])
+    monkeypatch.setenv("EVAL_NODE_PID", str(script.pid))
+    yield script.pid
+    script.kill()
+    script.wait()
+
+
 def test_prepare_stages_checkpoint_and_exports_node_local_paths(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, node_script: int
 ) -> None:
     ckpt = tmp_path / "bundle" / "checkpoints" / "my-ckpt"
     ckpt.mkdir(parents=True)
@@ -87,7 +103,9 @@ def test_pin_without_staged_sim_env_is_refused(tmp_path: Path, monkeypatch: pyte
 
 
 @pytest.mark.sim
-def test_sim_pin_installs_into_the_node_copy_only_and_records_see_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sim_pin_installs_into_the_node_copy_only_and_records_see_it(
+    monkeypatch: pytest.MonkeyPatch, node_script: int
+) -> None:
     """Real: the sim env (sapien 3.0.3) staged with SIM_PIN=sapien==3.0.2 from the local wheelhouse."""
     if not list(WHEELHOUSE.glob("sapien-3.0.2-*.whl")):
         pytest.skip(f"no sapien 3.0.2 wheel in {WHEELHOUSE} (scripts/setup.sh fetches it)")
@@ -151,15 +169,65 @@ def test_each_code_version_gets_its_own_copy_and_a_running_copy_never_changes(tm
     src = tmp_path / "src"
     (src / "harness").mkdir(parents=True)
     (src / "harness" / "a.py").write_text("A = 1\n")
-    holder = subprocess.Popen(["sleep", "60"])
+    holder = subprocess.Popen(["sleep", "600"])
     try:
-        first = code_copy(src, tmp_path / "code", holder.pid)
-        assert code_copy(src, tmp_path / "code", holder.pid) == first  # same version: reused
+        first = code_copy(src, tmp_path / "code")
+        hold([first], holder.pid)
+        assert code_copy(src, tmp_path / "code") == first  # same version: reused
         (src / "harness" / "a.py").write_text("A = 2\n")
-        second = code_copy(src, tmp_path / "code", holder.pid)
+        second = code_copy(src, tmp_path / "code")
         assert second != first
         assert (first / "harness" / "a.py").read_text() == "A = 1\n"  # the running version is intact
         assert (second / "harness" / "a.py").read_text() == "A = 2\n"
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_staging_the_checkpoint_never_removes_the_env_this_launch_staged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, node_script: int
+) -> None:
+    """Issue 20, item 6: on a tight node disk, making room for the checkpoint removed the sim env
+    staged a minute earlier (only the entry being staged was protected; holds came after all
+    staging), and prepare exported a SIM_PY that no longer existed."""
+    venv = tmp_path / "shared" / "simenv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    ckpt = tmp_path / "shared" / "my-ckpt"
+    ckpt.mkdir()
+    (ckpt / "weights.bin").write_bytes(os.urandom(1 << 20))
+    cache = tmp_path / "cache"
+    older = tmp_path / "shared" / "older-ckpt"  # an earlier launch's, free to go
+    older.mkdir()
+    (older / "weights.bin").write_bytes(os.urandom(1 << 20))
+    stage(want(cache, "ckpt", older), log=lambda _m: None)
+    later = {"s": 0.0, "capacity": float(1 << 50)}
+
+    def used_bytes() -> int:
+        return sum(os.lstat(os.path.join(d, f)).st_size for d, _, files in os.walk(cache) for f in files)
+
+    def the_env_is_staged(msg: str) -> None:
+        if "staged simenv" not in msg:
+            return
+        later["s"] = 120.0  # copying the checkpoint starts two minutes later (a slow pin install, say)
+        mtime = time.time() + 30  # the older entry was used after the env: the env is the LRU one
+        [older_entry] = [e for e in entries(cache) if e.label == "older-ckpt"]
+        os.utime(older_entry.root / staging.USED, (mtime, mtime))
+        later["capacity"] = used_bytes() + (64 << 20) + (1 << 20) - 1  # the checkpoint needs room made
+
+    monkeypatch.setattr(
+        staging, "time", SimpleNamespace(time=lambda: time.time() + later["s"], monotonic=time.monotonic)
+    )
+    disk = SimpleNamespace(
+        rmtree=shutil.rmtree, disk_usage=lambda _p: SimpleNamespace(free=later["capacity"] - used_bytes())
+    )
+    monkeypatch.setattr(staging, "shutil", disk)
+    for name, value in {
+        "NODE_CACHE": str(cache), "STAGE_ENVS": "sim", "SIM_PY": str(venv / "bin" / "python"), "SIM_PIN": "",
+        "MODEL_PY": sys.executable, "CKPT_NAME": str(ckpt), "STAGE_BACKBONES": "", "EVAL_ROOT": str(ROOT),
+    }.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    out = node.prepare(log=the_env_is_staged)
+    assert later["s"], "the env was not staged by this launch"
+    assert Path(out["SIM_PY"]).exists(), f"prepare exported a SIM_PY that is gone: {out['SIM_PY']}"
+    assert (Path(out["CKPT_DIR"]) / "weights.bin").is_file()
+    assert sorted(e.label for e in entries(cache)) == ["my-ckpt", "simenv"]  # room made from the older one

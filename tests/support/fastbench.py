@@ -5,6 +5,10 @@ FASTBENCH_STEP_MS each; success is decided by the seed (seed % 4 != 0). Chosen t
 FASTBENCH_CRASH="task,..." makes every episode of those tasks raise (their units must end up
 quarantined); FASTBENCH_HANG="task/seed,..." makes that episode hang (a stall).
 FASTBENCH_NO_RENDERER=1 is a node whose renderer is broken: the warm-up and every episode raise.
+FASTBENCH_GATE="<dir>:<pool>" holds back every pool but <pool> (a pool label, seen as NODE_NAME
+`<label>-...` locally, SLURM_JOB_NAME `eval-<label>` under srun): their episodes wait to start until
+`<dir>/<STUDY_RUN>` exists, so a test can open a run to them once <pool> has worked on it, whatever
+the machine's speed.
 """
 
 from __future__ import annotations
@@ -58,6 +62,17 @@ class HangingEpisode(FastEpisode):
         time.sleep(3600)
 
 
+def _wait_at_the_gate() -> None:
+    gate, _, free = os.environ.get("FASTBENCH_GATE", "").rpartition(":")
+    if not gate:
+        return
+    local, slurm = os.environ.get("NODE_NAME", ""), os.environ.get("SLURM_JOB_NAME", "")
+    if local.startswith(f"{free}-") or slurm == f"eval-{free}":
+        return
+    while not os.path.exists(os.path.join(gate, os.environ["STUDY_RUN"])):
+        time.sleep(0.1)
+
+
 class FastBench:
     version = "fastbench-1"
 
@@ -77,6 +92,7 @@ class FastBench:
             raise RuntimeError(f"fastbench: task {task} is made to crash")
         if f"{task}/{seed}" in _listed("FASTBENCH_HANG"):
             return HangingEpisode(task, bench_config, seed)
+        _wait_at_the_gate()
         return FastEpisode(task, bench_config, seed)
 
     def expert(self, task: str, bench_config: str, seed: int) -> ExpertResult:

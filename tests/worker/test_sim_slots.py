@@ -9,7 +9,9 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -96,14 +98,54 @@ def test_a_stopped_sim_process_is_killed_as_stalled_and_replaced(tmp_path: Path)
 
 
 def _live_owners(run: RunDir) -> set[str]:
-    """Writers holding a lease now (an owner file not yet renamed to done/released)."""
+    """Writers holding a lease now (an owner file not yet renamed to done/released). Read while the
+    worker runs: any name may be renamed or deleted under the reading, which then skips it."""
     owners = set()
-    for path in run.leases.glob("*/owner.*"):
-        try:
-            owners.add(json.loads(path.read_text())["worker"])
-        except (OSError, ValueError, KeyError):
+    for key in _listdir(run.leases):
+        if key.startswith("."):  # staged claims, tombstones, clock probes: not leases
             continue
+        for name in _listdir(run.leases / key):
+            if name.startswith("owner."):
+                with contextlib.suppress(OSError, ValueError, KeyError):
+                    owners.add(json.loads((run.leases / key / name).read_text())["worker"])
     return owners
+
+
+def _listdir(path: Path) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:  # gone (renamed, reaped, released) since it was listed
+        return []
+
+
+def test_the_lease_observer_never_fails_on_claims_renamed_under_it(tmp_path: Path) -> None:
+    """Issue 20, item 7: the observer globbed `*/owner.*` and raised FileNotFoundError when a
+    `.claim.*` dir it was listing was renamed onto a lease name meanwhile (the test failed, not the
+    product). A thread renames claims as fast as it can while the observer reads for a while."""
+    run = RunDir(tmp_path / "run")
+    (run.leases / "held").mkdir(parents=True)
+    (run.leases / "held" / "owner.g.0").write_text(json.dumps({"worker": "w0"}))
+    stop = threading.Event()
+
+    def claim_and_release() -> None:
+        n = 0
+        while not stop.is_set():
+            stage = run.leases / f".claim.host.1.2.{n}"
+            stage.mkdir()
+            (stage / f"owner.{n}.0").write_text(json.dumps({"worker": "other"}))
+            os.rename(stage, run.leases / f"unit{n}")
+            shutil.rmtree(run.leases / f"unit{n}")
+            n += 1
+
+    churn = threading.Thread(target=claim_and_release)
+    churn.start()
+    try:
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            assert "w0" in _live_owners(run)
+    finally:
+        stop.set()
+        churn.join()
 
 
 def test_sim_slots_hold_their_own_leases_against_one_model_server(tmp_path: Path) -> None:
