@@ -65,8 +65,8 @@ def wait_for(cond: Any, timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
-def client(ready: Path, codec: str = "msgpack") -> PolicyClient:
-    return PolicyClient.from_ready_file(ready, timeout_s=10, io_timeout_s=30, codec=codec)
+def client(ready: Path, codec: str = "msgpack", shm: str = "auto") -> PolicyClient:
+    return PolicyClient.from_ready_file(ready, timeout_s=10, io_timeout_s=30, codec=codec, shm=shm)
 
 
 def episode(ready: Path, seed: int, steps: int = 4, codec: str = "msgpack") -> list[np.ndarray]:
