@@ -32,6 +32,7 @@ from tests.support.wirekit import (
     raw_recv,
     raw_send,
     running_server,
+    shm_holders,
     start_server_process,
     stop_process,
     wait_for,
@@ -45,20 +46,6 @@ def connect(ready: Path, shm: str, **options: object) -> PolicyClient:
     client.hello(SPEC)
     client.reset("task", "cfg", "do it", 0)
     return client
-
-
-def holders(nonce: str) -> list[str]:
-    """The processes with a descriptor or a mapping of the regions named with `nonce`."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
-            maps = Path(f"/proc/{pid}/maps").read_text()
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-        if any(nonce in link for link in links) or nonce in maps:
-            found.append(pid)
-    return found
 
 
 def test_same_host_client_and_server_agree_on_shared_memory(tmp_path: Path) -> None:
@@ -165,10 +152,10 @@ def test_sigkill_of_the_client_mid_stream_frees_the_regions_in_the_server(tmp_pa
         assert client.stdout is not None
         link = client.stdout.readline().strip()  # /memfd:harness-wire-<nonce>-request (deleted)
         nonce = link.split("harness-wire-")[1].split("-")[0]
-        wait_for(lambda: str(server.pid) in holders(nonce))  # the server mapped them: the test sees it
+        wait_for(lambda: str(server.pid) in shm_holders(nonce))  # the server mapped them: the test sees it
         client.kill()  # SIGKILL, mid-stream: a frame may be half written
         client.wait(10)
-        wait_for(lambda: not holders(nonce), timeout=60)
+        wait_for(lambda: not shm_holders(nonce), timeout=60)
         assert not [name for name in os.listdir("/dev/shm") if "harness" in name]
         with PolicyClient.from_ready_file(ready, timeout_s=10, shm="1") as again:  # still serving
             again.hello(SPEC)
@@ -199,13 +186,13 @@ def test_sigkill_of_the_server_mid_call_never_leaves_the_client_blocked(tmp_path
 
         caller = threading.Thread(target=call, daemon=True)
         caller.start()
-        wait_for(lambda: str(server.pid) in holders(nonce))
+        wait_for(lambda: str(server.pid) in shm_holders(nonce))
         server.kill()  # while the reply is pending
         caller.join(60)
         assert not caller.is_alive(), "the client is still blocked on a dead server"
         assert outcome and isinstance(outcome[0], PeerClosed)
         client.close()
-        wait_for(lambda: not holders(nonce), timeout=60)
+        wait_for(lambda: not shm_holders(nonce), timeout=60)
     finally:
         server.kill()
         server.wait(10)
