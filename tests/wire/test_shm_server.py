@@ -206,8 +206,14 @@ def test_a_stopped_server_times_the_client_out(tmp_path: Path) -> None:
             client.hello(SPEC)
             client.reset("task", "cfg", "do it", 0)
             server.send_signal(signal.SIGSTOP)
+            wait_for(lambda: _state(server.pid) == "T")  # stopped, not about to be
             with pytest.raises(WireError, match="timed out"):
                 client.infer(obs(), 0)
     finally:
         server.send_signal(signal.SIGCONT)
         stop_process(server)
+
+
+def _state(pid: int) -> str:
+    """The process's state letter in /proc/<pid>/stat (T: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
