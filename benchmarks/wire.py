@@ -2,13 +2,17 @@
 
 The observation is 3 cameras × 224×224×3 uint8 + a 10-D proprio; the reply a 30×10 float32 chunk
 (the `hold` policy, so the model costs ~nothing). The server runs in a separate process, as in a
-real worker. Three codecs: msgpack, our JSON, and the reference JSON+base64 done the plain way
-(stdlib json + base64, str round trips), measured in the same run; and, on the same payload, the two
-other ecosystems' protocols over WebSocket: openpi (our server in MODEL_SERVER_PROTOCOL=openpi mode,
-harness.wire.openpi's client) and vla-eval (vla-eval's own `serve` with a `hold` PredictModelServer,
-harness.wire.vlaeval's client). Prints the median and p90 µs per round trip; the last line is
-`msgpack_rt_us=<n> json_rt_us=<n> plain_json_rt_us=<n> openpi_rt_us=<n> vla_eval_rt_us=<n>` followed
-by the `<name>_p90_us=<n>` of each. It prints figures; it does not pass or fail on speed.
+real worker. Three codecs over TCP loopback: msgpack, our JSON, and the reference JSON+base64 done
+the plain way (stdlib json + base64, str round trips); the same-host shared-memory transport
+(`shm`, harness.wire.shm: arrays through memfd regions, msgpack header on the socket) and a plain
+memcpy of the observation's arrays into a buffer (the physical floor), measured in the same run;
+and, on the same payload, the two other ecosystems' protocols over WebSocket: openpi (our server
+in MODEL_SERVER_PROTOCOL=openpi mode, harness.wire.openpi's client) and vla-eval (vla-eval's own
+`serve` with a `hold` PredictModelServer, harness.wire.vlaeval's client). Prints the median and p90
+µs per round trip; the last line is `msgpack_rt_us=<n> json_rt_us=<n> plain_json_rt_us=<n>
+shm_rt_us=<n> memcpy_rt_us=<n> openpi_rt_us=<n> vla_eval_rt_us=<n>` followed by the
+`<name>_p90_us=<n>` of each, then `shm_vs_memcpy=<shm median / memcpy median>`. It prints
+figures; it does not pass or fail on speed.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from harness.wire import codecs, vlaeval
 from harness.wire.client import PolicyClient
 from harness.wire.openpi import OpenpiConnection
 from harness.wire.readyfile import wait_ready
+from harness.wire.shmcodec import ShmCodec
 
 BLOCK = 20  # round trips of one codec in a row
 WARM = 3  # round trips before each block, not timed
@@ -123,9 +128,13 @@ Infer = Callable[[dict[str, Any], int], np.ndarray]
 
 
 def native_client(ready: Path, name: str) -> tuple[Infer, Callable[[], None]]:
-    client = PolicyClient.from_ready_file(ready, timeout_s=60, codec=name)
+    """Our client with codec `name` over the socket, or (`shm`) with shared memory required."""
+    if name == "shm":
+        client = PolicyClient.from_ready_file(ready, timeout_s=60, shm="1")
+    else:
+        client = PolicyClient.from_ready_file(ready, timeout_s=60, codec=name, shm="0")
     client.hello(SPEC)
-    assert type(client._codec) is codecs.CODECS[name]
+    assert type(client._codec) is (ShmCodec if name == "shm" else codecs.CODECS[name])
     client.reset("bench", "bench", "hold still", 0)
     return client.infer, client.close
 
@@ -167,6 +176,22 @@ def measure(clients: dict[str, tuple[Infer, Callable[[], None]]], iters: int) ->
     return times
 
 
+def memcpy_client() -> tuple[Infer, Callable[[], None]]:
+    """Not a round trip: one copy of the observation's arrays into a preallocated buffer."""
+    arrays = [*observation()["images"].values(), observation()["proprio"]]
+    buffer = np.empty(sum(a.nbytes for a in arrays), np.uint8)
+    chunk = np.zeros((30, 10), np.float32)
+
+    def infer(obs: dict[str, Any], step: int) -> np.ndarray:
+        offset = 0
+        for arr in (*obs["images"].values(), obs["proprio"]):
+            buffer[offset : offset + arr.nbytes] = arr.reshape(-1).view(np.uint8)
+            offset += arr.nbytes
+        return chunk
+
+    return infer, lambda: None
+
+
 def p90(values: list[float]) -> float:
     return statistics.quantiles(values, n=10)[-1]
 
@@ -196,7 +221,9 @@ def main() -> None:
         ]  # fmt: skip
         try:
             wait_vla_eval(port, servers[2])
-            clients = {name: native_client(ready, name) for name in ("msgpack", "json", "plain_json")}
+            names = ("msgpack", "json", "plain_json", "shm")
+            clients = {name: native_client(ready, name) for name in names}
+            clients["memcpy"] = memcpy_client()
             clients["openpi"] = openpi_client(openpi_ready)
             clients["vla_eval"] = vla_eval_client(port)
             results = measure(clients, args.iters)
@@ -207,7 +234,10 @@ def main() -> None:
     for name, us in results.items():
         print(f"{name:>10}: median {statistics.median(us):8.0f} µs, p90 {p90(us):8.0f} µs per round trip")
     medians = " ".join(f"{name}_rt_us={statistics.median(us):.0f}" for name, us in results.items())
-    print(medians + " " + " ".join(f"{name}_p90_us={p90(us):.0f}" for name, us in results.items()))
+    print(
+        medians + " " + " ".join(f"{name}_p90_us={p90(us):.0f}" for name, us in results.items())
+        + f" shm_vs_memcpy={statistics.median(results['shm']) / statistics.median(results['memcpy']):.1f}"
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -153,6 +153,14 @@ KNOBS: dict[str, Knob] = {
         Knob("LAUNCHER", "local", "how orchestrators start pools: local (node scripts here) or srun", False),
         Knob("POOL_NODES", "2", "nodes in an orchestrator's pool (sweep, fill-in, multi-model pool)", False),
         Knob("SRUN_ARGS", "", "extra srun arguments, e.g. `--partition=gpu --gres=gpu:1`", False),
+        # wire: same-host shared memory (harness.wire.shm)
+        Knob(
+            "WIRE_SHM",
+            "auto",
+            "arrays through shared memory: auto (when the model server is on this host), 0 (never), "
+            "1 (always; an error if refused)",
+            False,
+        ),
     ]
 }
 

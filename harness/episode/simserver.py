@@ -35,6 +35,7 @@ from harness.episode.external import ExternalPolicyClient
 from harness.episode.simclient import SimClient, SimJob
 from harness.wire.client import PolicyClient
 from harness.wire.errors import PeerClosed, WireError
+from harness.wire.shm import SHM_MODES
 
 UNIT_END = "UNIT_END "  # the prefix of the answer line that ends a unit in `--serve` mode
 # The one-shot CLI's exit statuses (scripts/eval_policy_client.py), which the worker reads as a
@@ -78,7 +79,11 @@ def connect(ready_file: Path, timeout_s: float, run_dir: Path) -> PolicyClient |
     external openpi / vla-eval server), hello not yet sent."""
     if knobs.get("POLICY_SERVER"):
         return external_client(run_dir)
-    wire = {"codec": knobs.get("WIRE_CODEC"), "max_frame": knobs.get_int("WIRE_MAX_FRAME")}
+    wire = {
+        "codec": knobs.get("WIRE_CODEC"),
+        "max_frame": knobs.get_int("WIRE_MAX_FRAME"),
+        "shm": knobs.get_choice("WIRE_SHM", SHM_MODES),
+    }
     if knobs.get_bool("SIM_AS_SERVER"):
         bind = knobs.get("MODEL_SERVER_BIND")
         return PolicyClient.listen(ready_file, timeout_s=timeout_s, bind=bind, **wire)

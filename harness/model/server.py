@@ -34,7 +34,7 @@ from harness.model.policyload import LoadedPolicy
 from harness.model.session import Drop, PolicyFailed, Session
 from harness.wire import protocol
 from harness.wire.codecs import Codec, JsonCodec
-from harness.wire.errors import PeerClosed, WireError
+from harness.wire.errors import PeerClosed, StreamBroken, WireError
 from harness.wire.frames import recv_frame, send_frame
 from harness.wire.readyfile import (
     advertised_host,
@@ -43,6 +43,7 @@ from harness.wire.readyfile import (
     run_token,
     write_ready,
 )
+from harness.wire.shm import SHM_MODES
 
 log = logging.getLogger("model_server")
 
@@ -98,8 +99,9 @@ def serve_connection(
     faults = faults or FaultLog()
     conn.settimeout(IDLE_TIMEOUT_S)
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    session = Session(policy, token, reply_token)
     limit = knobs.get_int("WIRE_MAX_FRAME")
+    shm_limit = None if knobs.get_choice("WIRE_SHM", SHM_MODES) == "0" else limit
+    session = Session(policy, token, reply_token, shm_limit)
     hello_by = None if hello_timeout_s is None else time.monotonic() + hello_timeout_s
     peer = _peer(conn)
     try:
@@ -117,7 +119,7 @@ def serve_connection(
             codec, locked = session.codec, session.locked
             try:
                 reply = session.handle(codec.decode(body))
-            except Drop as exc:
+            except (Drop, StreamBroken) as exc:
                 _drop(conn, codec, peer, str(exc), faults)
                 return
             except PolicyFailed as exc:
@@ -131,8 +133,7 @@ def serve_connection(
                 faults.client("bad request from %s: %s", peer, reason)
                 reply = protocol.error(reason)
             send_frame(conn, codec.encode(reply), limit)
-            if session.pending_codec is not None:
-                session.codec, session.pending_codec = session.pending_codec, None
+            session.switch_codec()
     except (WireError, OSError) as exc:
         log.info("connection dropped: %s", exc)
     finally:
@@ -177,6 +178,7 @@ class ModelServer:
         self.token = run_token(self.bind)
         self.max_conns = knobs.get_int("MODEL_SERVER_MAX_CONNS", minimum=1)
         self.hello_timeout_s = knobs.get_float("MODEL_SERVER_HELLO_TIMEOUT")
+        knobs.get_choice("WIRE_SHM", SHM_MODES)  # a bad value stops the start, not each connection
         self._slots = threading.BoundedSemaphore(self.max_conns)
         self._faults = FaultLog()
         self._stop = threading.Event()

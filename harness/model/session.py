@@ -25,6 +25,8 @@ from harness.model.policyload import LoadedPolicy, SessionState
 from harness.wire import protocol
 from harness.wire.codecs import CODECS, Codec, JsonCodec, get_codec
 from harness.wire.errors import WireError
+from harness.wire.shm import SHM_CODEC, accept_offer
+from harness.wire.shmcodec import ShmCodec
 
 T = TypeVar("T")
 
@@ -48,8 +50,12 @@ class Episode:
 class Session:
     """One connection's state: agreed codec, authentication, current episode."""
 
-    def __init__(self, policy: LoadedPolicy, token: str | None, reply_token: str | None) -> None:
+    def __init__(
+        self, policy: LoadedPolicy, token: str | None, reply_token: str | None, shm_limit: int | None = None
+    ) -> None:
+        """`shm_limit` (WIRE_MAX_FRAME) lets a same-host client's shared memory be taken; None refuses it."""
         self.policy = policy
+        self.shm_limit = shm_limit
         self.token = token
         self.reply_token = reply_token
         self.codec: Codec = JsonCodec()
@@ -60,8 +66,20 @@ class Session:
         self.member = policy.batcher.join()
 
     def close(self) -> None:
-        """The connection is gone: the batcher stops expecting this session's requests."""
+        """The connection is gone: the batcher stops expecting this session's requests, and its
+        shared memory (agreed, or pending behind a hello reply that never left) is unmapped."""
         self.policy.batcher.leave(self.member)
+        for codec in (self.codec, self.pending_codec):
+            if isinstance(codec, ShmCodec):
+                codec.close()
+
+    def switch_codec(self) -> None:
+        """Once the hello reply went out (in the old codec), the agreed codec replaces it."""
+        if self.pending_codec is None:
+            return
+        if isinstance(self.codec, ShmCodec):
+            self.codec.close()
+        self.codec, self.pending_codec = self.pending_codec, None
 
     @property
     def locked(self) -> bool:
@@ -93,20 +111,40 @@ class Session:
                 f"server speaks {protocol.PROTOCOL_VERSION}"
             )
         protocol.check_specs(self.policy.spec, msg["spec"])
-        codec = next((c for c in msg["codecs"] if isinstance(c, str) and c in CODECS), None)
-        if codec is None:
-            raise WireError(f"no common codec: client offers {msg['codecs']}, server speaks {sorted(CODECS)}")
+        name, codec, refused = self._pick_codec(msg)
         reply = {
             "type": "hello",
             "version": protocol.PROTOCOL_VERSION,
-            "codec": codec,
+            "codec": name,
             "spec": self.policy.spec,
         }
+        if refused:
+            reply["shm_refused"] = refused
         if self.reply_token:
             reply["token"] = self.reply_token
         self.greeted = True
-        self.pending_codec = get_codec(codec)
+        if isinstance(self.pending_codec, ShmCodec):  # a second hello before the first's reply
+            self.pending_codec.close()
+        self.pending_codec = codec
         return reply
+
+    def _pick_codec(self, msg: dict[str, Any]) -> tuple[str, Codec, str | None]:
+        """The first of the client's codecs this server can use, and why shared memory was not."""
+        refused = None
+        for name in msg["codecs"]:
+            if name == SHM_CODEC and refused is None:
+                if self.shm_limit is None:
+                    refused = "this model server does not take shared memory (WIRE_SHM=0)"
+                    continue
+                try:
+                    request, reply = accept_offer(msg.get("shm"), self.shm_limit)
+                except WireError as exc:
+                    refused = str(exc)
+                    continue
+                return name, ShmCodec(reply, request, self.shm_limit), None
+            if isinstance(name, str) and name in CODECS:
+                return name, get_codec(name), refused
+        raise WireError(f"no common codec: client offers {msg['codecs']}, server speaks {sorted(CODECS)}")
 
     def _reset(self, msg: dict[str, Any]) -> dict[str, Any]:
         self.episode = Episode(msg["task"], msg["task_config"], msg["instruction"], msg["seed"])

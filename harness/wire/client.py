@@ -29,6 +29,8 @@ from harness.wire.readyfile import (
     wait_ready,
     write_ready,
 )
+from harness.wire.shm import SHM_CODEC, SHM_MODES, Offer, same_host
+from harness.wire.shmcodec import ShmCodec
 
 DEFAULT_IO_TIMEOUT_S = 600.0
 
@@ -46,7 +48,11 @@ class PolicyClient:
         expect_token: str | None = None,
         codec: str = "msgpack",
         max_frame: int = DEFAULT_MAX_FRAME,
+        shm: str = "auto",
     ) -> None:
+        if shm not in SHM_MODES:
+            sock.close()
+            raise WireError(f"WIRE_SHM={shm!r}: expected one of {', '.join(SHM_MODES)}")
         self._sock = sock
         self._sock.settimeout(io_timeout_s)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -56,6 +62,7 @@ class PolicyClient:
         self._codec: Codec = JsonCodec()
         self._preferred_codec = codec
         self._max_frame = max_frame
+        self._shm = shm
         self.server_spec: dict[str, Any] = {}
 
     @classmethod
@@ -70,7 +77,7 @@ class PolicyClient:
         """Wait for the server's ready file, then connect (retrying while a stale file points nowhere).
 
         `host` (MODEL_SERVER_HOST), when given, overrides the host in the file (cross-node setups);
-        `options` (codec, max_frame) go to the constructor.
+        `options` (codec, max_frame, shm) go to the constructor.
         """
         deadline = time.monotonic() + timeout_s
         while True:
@@ -134,10 +141,28 @@ class PolicyClient:
         """Agree on protocol version and codec, exchange specs; returns the server's spec.
 
         A spec mismatch (e.g. action_dim) raises with both values named, from whichever side sees it.
+        Shared memory is offered when `shm` is "1", or "auto" and the server is on this host; with
+        "1" a server that does not take it is an error naming its reason.
         """
+        offer = Offer() if self._shm == "1" or (self._shm == "auto" and same_host(self._sock)) else None
+        try:
+            spec, codec = self._hello(client_spec, offer)
+        except BaseException:
+            if offer is not None:
+                offer.close()
+            raise
+        if offer is not None and not isinstance(codec, ShmCodec):
+            offer.close()
+        self._set_codec(codec)
+        self.server_spec = spec
+        return spec
+
+    def _hello(self, client_spec: dict[str, Any], offer: Offer | None) -> tuple[dict[str, Any], Codec]:
         preferred = self._preferred_codec
-        codecs = [preferred] + [name for name in CODECS if name != preferred]
-        reply = self._call(protocol.hello(client_spec, codecs, self._token), JsonCodec())
+        codecs = [SHM_CODEC] if offer else []
+        codecs += [preferred] + [name for name in CODECS if name != preferred]
+        field = offer.field if offer else None
+        reply = self._call(protocol.hello(client_spec, codecs, self._token, field), JsonCodec())
         if reply.get("version") != protocol.PROTOCOL_VERSION:
             raise WireError(
                 f"protocol version mismatch: server speaks {reply.get('version')}, "
@@ -150,9 +175,18 @@ class PolicyClient:
         if not isinstance(spec, dict):
             raise WireError(f"hello reply carries no server spec: {reply!r:.200}")
         protocol.check_specs(spec, client_spec)
-        self._codec = get_codec(str(reply.get("codec")))
-        self.server_spec = spec
-        return spec
+        picked = str(reply.get("codec"))
+        if offer is not None and picked == SHM_CODEC:
+            return spec, ShmCodec(offer.request, offer.reply, self._max_frame)
+        if self._shm == "1":
+            why = reply.get("shm_refused") or "it did not say why"
+            raise WireError(f"WIRE_SHM=1 but the model server did not take shared memory: {why}")
+        return spec, get_codec(picked)
+
+    def _set_codec(self, codec: Codec) -> None:
+        if isinstance(self._codec, ShmCodec):
+            self._codec.close()
+        self._codec = codec
 
     def reset(self, task: str, task_config: str, instruction: str, seed: int) -> None:
         """Start a new episode on this connection (other connections are untouched)."""
@@ -169,6 +203,7 @@ class PolicyClient:
     def close(self) -> None:
         try:
             self._sock.close()
+            self._set_codec(JsonCodec())
         finally:
             if self._ready_file is not None:
                 remove_ready(self._ready_file, os.getpid())

@@ -34,7 +34,8 @@ class Codec(Protocol):
     def decode(self, body: bytes | bytearray) -> dict[str, Any]: ...
 
 
-def _plain_scalar(obj: Any) -> Any:
+def plain_scalar(obj: Any) -> Any:
+    """A numpy scalar as the plain number msgpack/JSON can carry; anything else is refused."""
     if isinstance(obj, np.generic) and obj.dtype.kind in "biuf":
         return obj.item()
     raise WireError(f"cannot encode a {type(obj).__name__} on the wire")
@@ -71,7 +72,7 @@ class JsonCodec:
                 blobs.append(binascii.b2a_base64(raw_bytes(arr), newline=False))
                 marker = f"{self._marker}:{len(blobs) - 1}"
                 return {ND_KEY: marker, "dtype": arr.dtype.name, "shape": list(arr.shape)}
-            return _plain_scalar(obj)
+            return plain_scalar(obj)
 
         text = json.dumps(msg, default=default, separators=(",", ":"), allow_nan=True).encode()
         if not blobs:
@@ -165,7 +166,7 @@ def _msgpack_default(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         arr = to_wire(obj)
         return {ND_KEY: raw_bytes(arr), "dtype": arr.dtype.name, "shape": list(arr.shape)}
-    return _plain_scalar(obj)
+    return plain_scalar(obj)
 
 
 def _msgpack_hook(obj: dict[str, Any]) -> Any:

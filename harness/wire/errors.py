@@ -13,3 +13,7 @@ class RemoteError(WireError):
 
 class PeerClosed(WireError):
     """The other end closed the connection (cleanly, between frames, or mid-frame)."""
+
+
+class StreamBroken(WireError):
+    """The stream is out of step (a shared-memory frame out of sequence): the connection must end."""

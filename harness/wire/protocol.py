@@ -2,7 +2,9 @@
 
 Every request gets exactly one reply: a message of the same `type`, or `{"type": "error", ...}`.
 The hello is always JSON (so either end can read it before a codec is agreed); every later frame
-uses the codec the server picked from the client's list.
+uses the codec the server picked from the client's list. A client on the server's host may list
+"shm" first, with its regions in the hello's `shm` field (`harness.wire.shm`); a server that takes
+them answers `"codec": "shm"`, one that does not picks the next codec and says why in `shm_refused`.
 """
 
 from __future__ import annotations
@@ -26,10 +28,16 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
 }
 
 
-def hello(spec: dict[str, Any], codecs: list[str], token: str | None = None) -> dict[str, Any]:
+def hello(
+    spec: dict[str, Any], codecs: list[str], token: str | None = None, shm: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A hello; `shm` is the shared-memory offer (`harness.wire.shm.Offer.field`) going with "shm"
+    in `codecs`."""
     msg: dict[str, Any] = {"type": "hello", "version": PROTOCOL_VERSION, "codecs": codecs, "spec": spec}
     if token is not None:
         msg["token"] = token
+    if shm is not None:
+        msg["shm"] = shm
     return msg
 
 

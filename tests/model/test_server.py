@@ -25,9 +25,11 @@ from harness.wire.readyfile import read_ready
 from support.wirekit import NOISY, SPEC, client, episode, obs, raw_connect, raw_recv, raw_send, running_server
 
 
-@pytest.mark.parametrize("codec", ["msgpack", "json"])
+@pytest.mark.parametrize("codec", ["msgpack", "json", "shm"])
 def test_hold_round_trip_both_codecs(tmp_path: Path, codec: str) -> None:
-    with running_server(tmp_path), client(tmp_path / "ready.json", codec=codec) as c:
+    """Each socket codec (shared memory off), and the same-host shared memory."""
+    options = {"shm": "1"} if codec == "shm" else {"codec": codec, "shm": "0"}
+    with running_server(tmp_path), client(tmp_path / "ready.json", **options) as c:
         spec = c.hello(SPEC)
         assert spec["policy"] == "hold" and spec["action_dim"] == 10 and spec["chunk_len"] == 30
         assert type(c._codec).__name__.lower().startswith(codec)

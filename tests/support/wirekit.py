@@ -65,8 +65,8 @@ def wait_for(cond: Any, timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
-def client(ready: Path, codec: str = "msgpack") -> PolicyClient:
-    return PolicyClient.from_ready_file(ready, timeout_s=10, io_timeout_s=30, codec=codec)
+def client(ready: Path, codec: str = "msgpack", shm: str = "auto") -> PolicyClient:
+    return PolicyClient.from_ready_file(ready, timeout_s=10, io_timeout_s=30, codec=codec, shm=shm)
 
 
 def episode(ready: Path, seed: int, steps: int = 4, codec: str = "msgpack") -> list[np.ndarray]:
@@ -142,3 +142,20 @@ def hello_body(codecs: list[Any] | None = None, token: str | None = None, **fiel
     if token is not None:
         msg["token"] = token
     return json.dumps({**msg, **fields}).encode()
+
+
+def shm_holders(marker: str = "harness-wire-", environ: str | None = None) -> list[str]:
+    """The processes with a descriptor or a mapping of a wire shared-memory region whose name holds
+    `marker` (a connection's nonce, or by default any region at all); with `environ`, only those
+    whose environment holds that text (a run dir: that run's processes, orphans included)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            maps = Path(f"/proc/{pid}/maps").read_text()
+            theirs = environ is None or environ.encode() in Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if theirs and (any(marker in link for link in links) or marker in maps):
+            found.append(pid)
+    return found

@@ -1,7 +1,8 @@
 """Chaos: 8 workers over 200 units while a killer SIGKILLs random workers, model servers and sim
 clients every few seconds (killed workers are replaced, as a requeue would). At the end every
 (unit, seed) is recorded exactly once after dedup, no record is torn, no lease is left behind and
-only the units made to crash are quarantined."""
+only the units made to crash are quarantined, and no process is left holding a wire shared-memory
+region (sims and their model servers talk through shared memory by default: WIRE_SHM=auto)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from harness.config.rundir import RunDir
 from harness.queue.listing import scan
 from support.poolkit import check_finished, make_run, pool_env, start_worker, stop_group
+from support.wirekit import shm_holders, wait_for
 
 WORKERS = 8
 CRASH_LIMIT = 4  # high enough that a unit hit by the killer 4 times is (very) unlikely
@@ -99,5 +101,7 @@ def test_chaos_every_seed_once_no_torn_record_no_lease_left(tmp_path: Path) -> N
         for proc in slots.values():
             stop_group(proc)
     print(f"kills: {dict(kills)}, worker incarnations: {sum(incarnation.values())}")
+    wait_for(lambda: not shm_holders(environ=str(run.root)), timeout=60)  # no orphan holds a region
+    assert not [name for name in os.listdir("/dev/shm") if "harness" in name]
     assert kills["worker"] and kills["server"] and kills["simclient"], dict(kills)
     check_finished(run, env, CRASHING)
