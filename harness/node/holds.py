@@ -23,7 +23,7 @@ import time
 from collections.abc import Collection
 from pathlib import Path
 
-from harness.config.failures import Failed
+from harness.config.failures import Failed, run_command
 from harness.queue.owner import start_ticks
 
 HOLD_PREFIX = ".held-by."  # + <holder pid>.<token>: a mark a keeper holds a shared lock on
@@ -108,9 +108,10 @@ def _wait_for_exit(pid: int, ticks: int) -> None:
         select.select([pidfd], [], [])
 
 
+def main() -> None:
+    """`python -m harness.node.holds HOLDER_PID MARK...`: hold MARKs until HOLDER_PID exits."""
+    keep(int(sys.argv[1]), sys.argv[2:])
+
+
 if __name__ == "__main__":
-    try:
-        keep(int(sys.argv[1]), sys.argv[2:])
-    except (HoldError, OSError) as err:
-        print(err, file=sys.stderr)
-        sys.exit(1)
+    sys.exit(run_command("holds", main))
