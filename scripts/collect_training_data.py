@@ -29,8 +29,8 @@ import numpy as np
 from harness.config import knobs
 from harness.config.failures import run_command
 from harness.launch.precollect import Pair, run_pairs
-from policy.reference.datacard import CARD_NAME, check_disjoint, write_card
 from policy.reference.features import IMAGE_RES, downsample, goal_of
+from training.datacard import CARD_NAME, check_disjoint, write_card
 
 SHIPPED_TASKS = [
     "PickCube", "PushCube", "PullCube", "StackCube", "LiftPegUpright", "PlaceSphere", "PullCubeTool",

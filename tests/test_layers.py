@@ -5,6 +5,9 @@
   that talk over the wire only, so neither imports the other.
 - `harness/wire` imports nothing of the harness but itself.
 - `harness/queue` imports nothing of the harness but itself (no manifest, benchmark, policy loader).
+- `training/` (the reference policy's training) may import `policy/` and the harness; nothing under
+  `harness/` or `policy/` imports it, and no module only training uses lies under the contract's
+  CODE_PATHS, so editing training code never changes a run's contract.
 """
 
 from __future__ import annotations
@@ -14,7 +17,17 @@ from pathlib import Path
 
 import pytest
 
-HARNESS = Path(__file__).resolve().parents[1] / "harness"
+from harness.config.contract import CODE_PATHS
+
+REPO = Path(__file__).resolve().parents[1]
+HARNESS = REPO / "harness"
+TRAINING_ENTRIES = ("scripts/train_reference_policy.py", "scripts/collect_training_data.py")
+# what runs an episode: the worker, the two process entry points, and every policy wrapper they load
+PRODUCT_ENTRIES = (
+    "harness/worker/loop.py",
+    "scripts/eval_policy_client.py",
+    "scripts/policy_model_server.py",
+)
 RANKS = {  # higher imports lower
     "wire": 0,
     "queue": 0,
@@ -93,3 +106,78 @@ def test_the_check_catches_each_kind_of_violation(tmp_path: Path, stage: str, li
     (tmp_path / stage / "bad.py").write_text(body)
     [problem] = violations(tmp_path)
     assert f"{stage}/bad.py" in problem and why in problem
+
+
+def repo_imports(path: Path, root: Path = REPO) -> set[Path]:
+    """The files of the repository at `root` that `path` imports (absolute imports; packages'
+    `__init__.py` included)."""
+    found: set[Path] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            for i in range(1, len(parts) + 1):
+                base = root.joinpath(*parts[:i])
+                found |= {f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file()}
+    return found
+
+
+def reachable(entries: list[Path], root: Path = REPO) -> set[Path]:
+    """Every repository file the `entries` import, transitively, the entries included."""
+    seen: set[Path] = set()
+    todo = list(entries)
+    while todo:
+        path = todo.pop()
+        if path not in seen:
+            seen.add(path)
+            todo.extend(repo_imports(path, root) - seen)
+    return seen
+
+
+def training_only_under_contract(root: Path = REPO) -> list[str]:
+    """Modules that only the training scripts use but that lie under CODE_PATHS (hashed by the contract)."""
+    product = [root / p for p in PRODUCT_ENTRIES] + sorted(root.glob("policy/*/deploy_policy.py"))
+    training = reachable([root / p for p in TRAINING_ENTRIES], root) - reachable(product, root)
+    hashed = [root / p for p in CODE_PATHS]
+    return sorted(str(f.relative_to(root)) for f in training if any(f.is_relative_to(h) for h in hashed))
+
+
+def training_importers(root: Path = REPO) -> list[str]:
+    """`harness/` or `policy/` modules that import the training package (only the reverse is allowed)."""
+    problems = []
+    for package in ("harness", "policy"):
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if isinstance(node, ast.ImportFrom) and node.level == 0:
+                    names = [node.module or ""]
+                if any(n == "training" or n.startswith("training.") for n in names):
+                    problems.append(f"{path.relative_to(root)}:{node.lineno}: imports training")
+    return problems
+
+
+def test_training_only_code_is_outside_the_contract() -> None:
+    assert training_only_under_contract() == []
+
+
+def test_nothing_the_contract_hashes_imports_training() -> None:
+    assert training_importers() == []
+
+
+def test_the_training_checks_catch_a_violation(tmp_path: Path) -> None:
+    for name in ("harness", "policy/reference", "scripts", "training"):
+        (tmp_path / name).mkdir(parents=True)
+    for entry in PRODUCT_ENTRIES:
+        (tmp_path / entry).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / entry).write_text("from policy.reference import deploy_policy\n")
+    (tmp_path / "policy/reference/deploy_policy.py").write_text("from training import trainer\n")
+    (tmp_path / "policy/reference/dataset.py").write_text("")
+    (tmp_path / "training/trainer.py").write_text("")
+    for entry in TRAINING_ENTRIES:
+        (tmp_path / entry).write_text("from policy.reference.dataset import x\n")
+    assert training_only_under_contract(tmp_path) == ["policy/reference/dataset.py"]
+    assert training_importers(tmp_path) == ["policy/reference/deploy_policy.py:1: imports training"]

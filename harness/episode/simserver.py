@@ -22,6 +22,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -51,6 +52,16 @@ def run_job(
 ) -> int:  # fmt: skip
     """Run one unit against the model server found through `ready_file`; the CLI's exit status.
     `report` gets each episode's line, `complain` (default: `report`) why the unit could not run."""
+    dial = partial(connect, ready_file, connect_timeout, job.run_dir)
+    return run_job_via(bench, job, dial, report, complain)
+
+
+def run_job_via(
+    bench: Benchmark, job: SimJob, connector: Callable[[], PolicyClient | ExternalPolicyClient],
+    report: Callable[[str], None], complain: Callable[[str], None] | None = None,
+) -> int:  # fmt: skip
+    """`run_job` with the connection made by `connector` (called after the code check; hello not
+    yet sent): the in-process debug mode passes one that hands over one end of a socketpair."""
     complain = complain or report
     try:  # reading run.yaml decides: a missing one is refused, never taken for "no contract"
         check_code(job.run_dir)
@@ -58,7 +69,7 @@ def run_job(
         complain(f"eval_policy_client: refusing to run: {exc}")
         return CODE_REFUSED_EXIT
     try:
-        client = connect(ready_file, connect_timeout, job.run_dir)
+        client = connector()
     except (ValueError, Refused, WireError, OSError) as exc:
         complain(f"eval_policy_client: cannot start: {exc}")
         return CANNOT_START

@@ -35,7 +35,7 @@ from harness.model.session import Drop, PolicyFailed, Session
 from harness.wire import protocol
 from harness.wire.codecs import Codec, JsonCodec
 from harness.wire.errors import PeerClosed, StreamBroken, WireError
-from harness.wire.frames import recv_frame, send_frame
+from harness.wire.frames import recv_frame, send_frame, set_no_delay
 from harness.wire.readyfile import (
     advertised_host,
     listen_socket,
@@ -98,7 +98,7 @@ def serve_connection(
     """
     faults = faults or FaultLog()
     conn.settimeout(IDLE_TIMEOUT_S)
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    set_no_delay(conn)
     limit = knobs.get_int("WIRE_MAX_FRAME")
     shm_limit = None if knobs.get_choice("WIRE_SHM", SHM_MODES) == "0" else limit
     session = Session(policy, token, reply_token, shm_limit)
@@ -151,6 +151,8 @@ def _next_frame(conn: socket.socket, greeted: bool, limit: int, hello_by: float 
 
 
 def _peer(conn: socket.socket) -> str:
+    if conn.family not in (socket.AF_INET, socket.AF_INET6):
+        return "a local peer"  # a Unix socket (the in-process debug mode's socketpair) has no address
     try:
         host, port = conn.getpeername()[:2]
     except OSError:

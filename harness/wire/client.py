@@ -1,6 +1,7 @@
 """`PolicyClient`: the sim side of the wire. One connection, one episode at a time.
 
-Normal mode dials the model server found in its ready file. Sim-as-server mode
+Normal mode dials the model server found in its ready file; the constructor takes any connected
+stream socket (the in-process debug mode hands it one end of a socketpair). Sim-as-server mode
 (`PolicyClient.listen`) binds, writes its own ready file and waits for the model side to connect;
 the requests still flow sim → model, so everything after the connect is identical.
 """
@@ -20,7 +21,7 @@ import numpy as np
 from harness.wire import protocol
 from harness.wire.codecs import CODECS, Codec, JsonCodec, get_codec
 from harness.wire.errors import WireError
-from harness.wire.frames import DEFAULT_MAX_FRAME, recv_frame, send_frame
+from harness.wire.frames import DEFAULT_MAX_FRAME, recv_frame, send_frame, set_no_delay
 from harness.wire.readyfile import (
     advertised_host,
     listen_socket,
@@ -55,7 +56,7 @@ class PolicyClient:
             raise WireError(f"WIRE_SHM={shm!r}: expected one of {', '.join(SHM_MODES)}")
         self._sock = sock
         self._sock.settimeout(io_timeout_s)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        set_no_delay(self._sock)
         self._token = token
         self._expect_token = expect_token
         self._ready_file = ready_file

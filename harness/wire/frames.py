@@ -23,6 +23,13 @@ FIRST_READ = 256 << 10  # body bytes allocated before any arrived
 GROWTH = 8
 
 
+def set_no_delay(sock: socket.socket) -> None:
+    """Send each frame at once (no Nagle delay) on a TCP socket; a Unix socket (the in-process debug
+    mode's socketpair) has no such delay to turn off."""
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 def send_frame(
     sock: socket.socket, body: bytes | bytearray | memoryview, limit: int = DEFAULT_MAX_FRAME
 ) -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from policy.reference.datacard import check_disjoint, eval_seeds, overlap, read_card
 from support.referencekit import BANK, EARLY, SHIPPED
 from support.wirekit import REPO
+from training.datacard import check_disjoint, eval_seeds, overlap, read_card
 
 
 @pytest.mark.parametrize("ckpt", [SHIPPED, EARLY], ids=["final", "early"])

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from policy.reference.datacard import CARD_NAME, read_card
 from policy.reference.features import chunk_at, downsample
 from policy.reference.modeling import RELATIVE_DIMS
+from training.datacard import CARD_NAME, read_card
 
 SHIFT_PX = 3  # random-shift augmentation, pixels each way at the model's resolution
 
