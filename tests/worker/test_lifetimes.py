@@ -24,7 +24,7 @@ import pytest
 
 from harness.queue.listing import scan
 from harness.worker import children
-from harness.worker.model_server_process import ModelServerProcess
+from harness.worker.model_server_process import ModelServerError, ModelServerProcess
 from support.leftovers import wait_for_no_leftovers
 from support.poolkit import make_run, pool_env, start_worker, stop_group
 from support.wirekit import REPO, model_python, start_server_process
@@ -98,6 +98,20 @@ def test_a_model_server_started_by_a_thread_that_ends_serves_on(
         assert server.ensure(120)["pid"] == server.proc.pid and server.starts == 1
     finally:
         server.stop()
+
+
+def test_a_model_server_killed_at_every_start_is_given_up_on_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed by a signal while loading, each of 3 times (chaos, OOM): the worker's error says it died."""
+    fake = tmp_path / "killed_python"
+    fake.write_text("#!/bin/sh\nkill -KILL $$\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("POLICY", "hold")
+    server = ModelServerProcess(tmp_path / "ready.json", tmp_path / "server.log", {"MODEL_PY": str(fake)})
+    with pytest.raises(ModelServerError, match=r"model server died 3 times while starting: .*exited with -9"):
+        server.ensure(30)
+    assert server.starts == 3
 
 
 CHILD_OF_A_THREAD = """
