@@ -33,9 +33,14 @@ class StopSignals:
         self.stopped = threading.Event()  # set by the watcher, never by the handler
         self._read, self._write = os.pipe()
         os.set_blocking(self._write, False)
+        try:  # outside the main thread signal.signal refuses: leak no pipe then
+            self._previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
+        except ValueError:
+            os.close(self._read)
+            os.close(self._write)
+            raise
         self._watcher = threading.Thread(target=self._watch, name="stop-signals", daemon=True)
-        self._watcher.start()
-        self._previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
+        self._watcher.start()  # a signal that came meanwhile waits in the pipe
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         """The handler: a plain store and a non-blocking write, nothing that can wait for a lock."""
