@@ -9,16 +9,15 @@ clients (WebSocket, harness.model.openpi_server) instead. SIGTERM/SIGINT: clean 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
-import signal
 import sys
-import threading
-from types import FrameType
 
 from harness.config import knobs
 from harness.config.failures import run_command
 from harness.config.policymap import PolicyMapError, load_policy_map
+from harness.config.stopsignals import StopSignals
 from harness.model.dialout import connect_out
 from harness.model.openpi_server import OpenpiServer
 from harness.model.policyload import LoadedPolicy, PolicyError, load_policy
@@ -64,28 +63,30 @@ def listener(policy: LoadedPolicy, ready_file: str) -> ModelServer | OpenpiServe
     return OpenpiServer(policy, ready_file, policy_map=load_policy_map(path) if path else None)
 
 
+def serve(args: argparse.Namespace, policy: LoadedPolicy) -> None:
+    """Serve until SIGTERM/SIGINT, which only raise a flag (harness.config.stopsignals): the
+    server's shutdown runs in the flag's watcher thread, never inside the signal handler."""
+    server = None if args.connect else listener(policy, args.ready_file)
+    signals = StopSignals(on_stop=None if server is None else lambda signum: server.shutdown())
+    try:
+        if server is not None:
+            server.serve_forever()
+            return
+        if args.info_file:
+            write_ready(args.info_file, {"pid": os.getpid(), "policy": policy.name, "ckpt": policy.ckpt})
+        # dialled out: recv waits for the sim and no flag interrupts it, so a stop signal just ends us
+        signals.run_until_stopped(
+            functools.partial(connect_out, policy, args.connect, args.connect_timeout, signals.stopped)
+        )
+    finally:
+        signals.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        policy = load_policy(args.policy, args.ckpt, args.overrides)
-        stop = threading.Event()
-        server = None if args.connect else listener(policy, args.ready_file)
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            stop.set()
-            if server is None:  # dialled out: nothing to clean up, and recv would wait for the sim
-                raise SystemExit(0)
-            server.shutdown()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-        if server is not None:
-            server.serve_forever()
-        else:
-            if args.info_file:
-                write_ready(args.info_file, {"pid": os.getpid(), "policy": policy.name, "ckpt": policy.ckpt})
-            connect_out(policy, args.connect, args.connect_timeout, stop)
+        serve(args, load_policy(args.policy, args.ckpt, args.overrides))
     except (PolicyError, PolicyMapError, WireError, ValueError) as exc:
         print(f"policy_model_server: {exc}", file=sys.stderr)
         return 2

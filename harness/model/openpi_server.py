@@ -189,7 +189,7 @@ class OpenpiServer:
         write_ready(self.ready_file, info)
         log.info("serving %s to openpi clients on %s port %d", self.policy.name, self.bind, self.port)
         # websockets' shutdown() waits for its serve_forever() to return: never in the same thread
-        # (a signal handler calling shutdown() there would deadlock), so accept in another thread.
+        # (a shutdown() reaching this thread would deadlock), so accept in another thread.
         accepting = threading.Thread(target=self._server.serve_forever, daemon=True)
         accepting.start()
         try:
@@ -201,5 +201,7 @@ class OpenpiServer:
             remove_ready(self.ready_file, os.getpid())
 
     def shutdown(self) -> None:
-        """Stop serving (safe from a signal handler): serve_forever closes the connections and returns."""
+        """Stop serving, from any other thread (a stop signal's watcher: harness.config.stopsignals;
+        never a signal handler, which could land inside this Event's lock): serve_forever closes the
+        connections and returns."""
         self._stop.set()

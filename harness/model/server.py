@@ -249,4 +249,6 @@ class ModelServer:
             self._slots.release()
 
     def shutdown(self) -> None:
+        """Stop accepting, from another thread (a stop signal's watcher: harness.config.stopsignals;
+        never a signal handler, which could land inside this Event's lock)."""
         self._stop.set()

@@ -1,9 +1,13 @@
-"""Child processes that die with their worker.
+"""Child processes that die with their worker, and only with it.
 
 A worker killed with SIGKILL (OOM, chaos, `scancel --signal=KILL`) cannot clean up, so its model
 server and sim client are started with the kernel's parent-death signal: they are signalled when
-the worker dies, and never serve or write on behalf of a dead worker. Each child gets its own
-session so that stopping it also stops whatever it started (video encoders, renderers).
+the worker dies, and never serve or write on behalf of a dead worker. That signal fires when the
+*thread* that forked the child exits, not the process: a model server restarted by a sim slot's
+thread would get SIGTERM as soon as that slot found no more work, under the slots still mid-episode.
+So every child is forked by one spawner thread, started on first use, that never returns before its
+process exits (callers wait for its Popen). Each child gets its own session so that stopping it also
+stops whatever it started (video encoders, renderers).
 """
 
 from __future__ import annotations
@@ -12,11 +16,14 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import queue
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -52,15 +59,53 @@ def spawn(
 
 
 def _popen(argv: list[str], out: Any, env: dict[str, str], death_signal: int, stdin: int) -> subprocess.Popen:
-    return subprocess.Popen(
-        argv,
-        stdin=stdin,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-        preexec_fn=_die_with_parent(death_signal),  # child side: only a prctl, no Python locks
+    return _SPAWNER.run(
+        lambda: subprocess.Popen(
+            argv,
+            stdin=stdin,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent(death_signal),  # child side: only a prctl, no Python locks
+        )
     )
+
+
+class _Spawner:
+    """One daemon thread that runs every Popen of this process, so that each child's parent-death
+    signal is tied to a thread that lives exactly as long as the process. Started on first use, and
+    again in a forked child (where the parent's threads do not exist)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], subprocess.Popen], Future]] = queue.SimpleQueue()
+
+    def run(self, start: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+        """`start()`, run on the spawner thread; its result, or its exception raised here."""
+        done: Future[subprocess.Popen] = Future()
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._jobs = queue.SimpleQueue()
+                self._thread = threading.Thread(
+                    target=self._serve, args=(self._jobs,), name="spawner", daemon=True
+                )
+                self._thread.start()
+            self._jobs.put((start, done))
+        return done.result()
+
+    @staticmethod
+    def _serve(jobs: queue.SimpleQueue[tuple[Callable[[], subprocess.Popen], Future]]) -> None:
+        while True:  # never returns: its children would get their parent-death signal
+            start, done = jobs.get()
+            try:
+                done.set_result(start())
+            except BaseException as exc:  # the caller gets it (a missing program, a bad cwd)
+                done.set_exception(exc)
+
+
+_SPAWNER = _Spawner()
 
 
 def stop(proc: subprocess.Popen, grace_s: float = 5.0) -> int:
@@ -92,4 +137,3 @@ def sweep_dead_temp_dirs(prefix: str) -> list[Path]:
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
-

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import socket
 import sys
 import tempfile
@@ -26,7 +25,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 
 from harness.config import knobs
 from harness.config.contract import CODE_REFUSED_EXIT, verify_environment
@@ -35,6 +33,7 @@ from harness.config.manifest import ContractMismatch
 from harness.config.paths import run_dir
 from harness.config.plan import run_units
 from harness.config.rundir import RunDir
+from harness.config.stopsignals import StopSignals
 from harness.episode.bench.maniskill_cache import cache_size
 from harness.episode.records import read_tree
 from harness.queue import slurmjob
@@ -94,7 +93,8 @@ class Worker:
         os.environ["EVAL_CONTRACT"] = self.env["EVAL_CONTRACT"]
         self.log(f"contract {self.env['EVAL_CONTRACT'][:12]} verified against {self.run.manifest}")
 
-    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+    def on_signal(self, signum: int) -> None:
+        """SIGTERM/SIGINT, called in ordinary code (harness.config.stopsignals), never in the handler."""
         self.log(f"got signal {signum}: finishing the current step, releasing the lease")
         self.stop.set()
 
@@ -112,8 +112,10 @@ class Worker:
         return slot
 
     def main(self) -> int:
-        signal.signal(signal.SIGTERM, self.on_signal)
-        signal.signal(signal.SIGINT, self.on_signal)
+        with StopSignals(self.on_signal):  # a handler only raises a flag: a burst cannot deadlock it
+            return self.run_all()
+
+    def run_all(self) -> int:
         try:
             knobs.get_choice("QUEUE_MODE", knobs.QUEUE_MODES)
             count = slot_count.parse(knobs.get("SIMS_PER_WORKER"))

@@ -63,15 +63,19 @@ class ModelServerProcess:
     def ensure(self, timeout_s: float, attempts: int = 3) -> dict[str, Any]:
         """The running server's ready info; (re)starts it first if it is not running. A start that
         a signal killed is retried (up to `attempts` in all); one that failed by itself is not.
-        Sim slots call it concurrently: one of them (re)starts the server, the others wait for it."""
+        Sim slots call it concurrently: one of them (re)starts the server, the others wait for it;
+        the server outlives that slot's thread (harness.worker.children forks it on its spawner)."""
         with self._lock:
             attempt = 1
             while not self.alive():
                 try:
                     return self._start(timeout_s)
                 except ModelServerError as exc:
-                    if not exc.killed or attempt >= attempts:
+                    if not exc.killed:
                         raise
+                    if attempt >= attempts:
+                        why = f"model server died {attempt} times while starting: {exc}"
+                        raise ModelServerError(why) from None
                     attempt += 1
             return self.info
 

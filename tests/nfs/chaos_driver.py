@@ -8,7 +8,8 @@ only on that node). A killer SIGKILLs random workers, model servers and sim clie
 worker is restarted, as a requeue would), and once one worker is SIGSTOPped while it holds a lease,
 until another worker has reaped that lease (past LEASE_TTL), then SIGCONTed. When every unit is
 done or quarantined the run is judged on EXPORT, the server's own files: the facts (nfs.facts) are
-the figures and what the frozen worker wrote after it lost its lease. Knobs: the environment.
+the figures, what the frozen worker wrote after it lost its lease, and the processes of the run
+still alive once its workers are gone (`leftovers`: there must be none). Knobs: the environment.
 """
 
 from __future__ import annotations
@@ -34,12 +35,13 @@ from harness.queue.listing import scan
 from harness.queue.units import Unit
 from harness.worker.loop import TEMP_PREFIX
 from nfs.facts import REPO, emit, require_nfs
+from support.leftovers import wait_for_no_leftovers
 from support.poolkit import check_finished, make_run, pool_env, stop_group
 
 ROLES = {"policy_model_server": "server", "eval_policy_client": "simclient"}
 # pool_env's knobs that the environment may set (the host-side test does): they override its defaults
 POOL_KNOBS = ("LEASE_TTL", "LEASE_SKEW_S", "HEARTBEAT_S", "STALL_TIMEOUT", "CRASH_LIMIT", "FASTBENCH_STEPS")
-POOL_KNOBS += ("FASTBENCH_STEP_MS",)
+POOL_KNOBS += ("FASTBENCH_STEP_MS", "SIMS_PER_WORKER")
 CRASHING = "crash0"
 
 
@@ -215,7 +217,9 @@ def main() -> None:
     finally:
         for proc in pool.procs.values():
             stop_group(proc)
-    emit(judge(server, envs[2], units, pool, kills, frozen, wall, ends, args.mnt2 / name, logs))
+    facts = judge(server, envs[2], units, pool, kills, frozen, wall, ends, args.mnt2 / name, logs)
+    facts["leftovers"] = wait_for_no_leftovers(name)  # the run is in every worker's RUN_DIR, and theirs
+    emit(facts)
 
 
 def freeze(pool: Pool, server: RunDir, units: dict[str, Unit], frozen: dict[str, Any], anytime: bool):

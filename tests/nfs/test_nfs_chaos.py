@@ -1,13 +1,17 @@
-"""Chaos on real kernel NFS (nfs.chaos_driver runs it inside the guest): workers split over two client
-mounts as two nodes, random SIGKILLs of workers, model servers and sim clients, and one worker
+"""Chaos on real kernel NFS (nfs.chaos_driver runs it inside the guest): workers of 2 sim slots each
+split over two client mounts as two nodes, random SIGKILLs of workers, model servers (a killed one
+is restarted by one slot's thread, under the other slot's episodes) and sim clients, and one worker
 frozen (SIGSTOP) past LEASE_TTL while it holds a lease. Afterwards, judged on the server's own
 files: every planned (unit, seed) has exactly one record after dedup and it is a result, no record
-is torn, no unit is lost, only the crashing unit is quarantined, and the frozen worker committed
-nothing for the unit it lost (no done mark, no record finished after the reap).
+is torn, no unit is lost, only the crashing unit is quarantined, the frozen worker committed
+nothing for the unit it lost (no done mark, no record finished after the reap), and no process of
+the run outlived the workers.
 
-Scale, to fit the guest's one CPU (each unit starts a sim client, ~1 s of CPU there): 6 workers
-(3 a node), 41 cells x 4 seeds in slices of 2 = 82 units (2 of them always crash), episodes of
-5 x 100 ms steps, a kill every 2-5 s, LEASE_TTL 6 s; ~2 min. The local version: tests/worker/test_chaos.py."""
+Scale, to fit the guest's one CPU (a sim client costs ~1 s of CPU there to start, and a killed
+worker's next incarnation starts a server and 2 of them): 6 workers (3 a node) of 2 slots, 41 cells
+x 4 seeds in slices of 2 = 82 units (2 of them always crash), episodes of 5 x 100 ms steps, a kill
+every 3-6 s (restarts take most of the guest's CPU), LEASE_TTL 6 s; 2-5 min. The local version:
+tests/worker/test_chaos.py."""
 
 from __future__ import annotations
 
@@ -21,11 +25,11 @@ pytestmark = pytest.mark.nfs
 
 KNOBS = {
     "LEASE_TTL": "6", "LEASE_SKEW_S": "1", "HEARTBEAT_S": "0.5", "STALL_TIMEOUT": "30", "CRASH_LIMIT": "4",
-    "FASTBENCH_STEPS": "5", "FASTBENCH_STEP_MS": "100",
+    "FASTBENCH_STEPS": "5", "FASTBENCH_STEP_MS": "100", "SIMS_PER_WORKER": "2",
 }  # fmt: skip
 WORKERS = 6
 ARGS = ("--workers", str(WORKERS), "--cells", "40", "--seeds", "4", "--unit-seeds", "2")
-ARGS += ("--kill-every", "1.5", "4")  # ~38 s of run: 10+ kills
+ARGS += ("--kill-every", "3", "6")  # 10+ kills however long the run takes
 
 
 def test_chaos_on_nfs_every_seed_once_and_the_frozen_worker_commits_nothing(nfs_guest) -> None:
@@ -36,7 +40,8 @@ def test_chaos_on_nfs_every_seed_once_and_the_frozen_worker_commits_nothing(nfs_
         f"{f['incarnations']} incarnations) units={f['units']} seeds={f['planned_seeds']} kills={f['kills']} "
         f"records={f['records']} duplicates_before_dedup={f['duplicates']} "
         f"rerun_successes={f['rerun_successes']} "
-        f"lost={len(f['lost'])} double={len(f['double'])} wall={f['wall_s']} s\n"
+        f"lost={len(f['lost'])} double={len(f['double'])} leftovers={len(f['leftovers'])} "
+        f"wall={f['wall_s']} s\n"
         f"frozen {frozen.get('worker')} for {frozen.get('frozen_s')} s holding {frozen.get('held')} "
         f"(episode of seed {frozen.get('running_seed')} running), "
         f"done by {frozen.get('done_by')}, its records for that unit {frozen.get('records_for_held_unit')}, "
@@ -56,3 +61,4 @@ def test_chaos_on_nfs_every_seed_once_and_the_frozen_worker_commits_nothing(nfs_
     assert frozen["frozen_s"] > float(KNOBS["LEASE_TTL"])
     assert all(by not in (None, frozen["worker"]) for by in frozen["done_by"].values()), frozen
     assert frozen["records_after_reap"] == [], frozen
+    assert f["leftovers"] == [], "processes of the run outlived their workers"

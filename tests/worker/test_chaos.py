@@ -1,8 +1,8 @@
-"""Chaos: 8 workers over 200 units while a killer SIGKILLs random workers, model servers and sim
-clients every few seconds (killed workers are replaced, as a requeue would). At the end every
-(unit, seed) is recorded exactly once after dedup, no record is torn, no lease is left behind and
-only the units made to crash are quarantined, and no process is left holding a wire shared-memory
-region (sims and their model servers talk through shared memory by default: WIRE_SHM=auto)."""
+"""Chaos: 8 workers of 2 sim slots each over 200 units while a killer SIGKILLs random workers, model
+servers and sim clients every few seconds (killed workers are replaced, as a requeue would; a killed
+server is restarted by whichever slot asks first, and must outlive that slot's thread). At the end
+every (unit, seed) is recorded exactly once after dedup, no record is torn, no lease is left behind,
+only the units made to crash are quarantined, no process of the run is left, and none holds a wire shared-memory region (WIRE_SHM=auto)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 
 from harness.config.rundir import RunDir
 from harness.queue.listing import scan
+from support.leftovers import wait_for_no_leftovers
 from support.poolkit import check_finished, make_run, pool_env, start_worker, stop_group
 from support.wirekit import shm_holders, wait_for
 
@@ -61,6 +62,7 @@ def test_chaos_every_seed_once_no_torn_record_no_lease_left(tmp_path: Path) -> N
         CRASH_LIMIT=str(CRASH_LIMIT),
         FASTBENCH_CRASH=",".join(sorted(CRASHING)),
         FASTBENCH_STEP_MS="300",  # ~30 s of work: with persistent sims 2 ms steps end before the killer
+        SIMS_PER_WORKER="2",
     )
     units = 2 * len(cells)
     rng = random.Random(1234)
@@ -105,3 +107,4 @@ def test_chaos_every_seed_once_no_torn_record_no_lease_left(tmp_path: Path) -> N
     assert not [name for name in os.listdir("/dev/shm") if "harness" in name]
     assert kills["worker"] and kills["server"] and kills["simclient"], dict(kills)
     check_finished(run, env, CRASHING)
+    assert wait_for_no_leftovers(str(tmp_path)) == [], "processes of the run outlived their workers"
