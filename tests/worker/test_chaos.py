@@ -2,7 +2,8 @@
 servers and sim clients every few seconds (killed workers are replaced, as a requeue would; a killed
 server is restarted by whichever slot asks first, and must outlive that slot's thread). At the end
 every (unit, seed) is recorded exactly once after dedup, no record is torn, no lease is left behind,
-only the units made to crash are quarantined, no process of the run is left, and none holds a wire shared-memory region (WIRE_SHM=auto)."""
+only the units made to crash are quarantined, no process of the run is left, and none holds a wire
+shared-memory region (WIRE_SHM=auto)."""
 
 from __future__ import annotations
 
