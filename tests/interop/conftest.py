@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.config.create import create_run
 from harness.wire.readyfile import read_ready
 from tests.support.wirekit import REPO, model_python, start_server_process, stop_process, wait_for
 
@@ -128,6 +129,11 @@ def run_client(
         "POLICY_SERVER_MAP": str(map_file), "BENCHMARK": "tests.support.fastbench:FastBench",
         "RECORD_VIDEO": "0", "POLICY_SERVER_RETRIES": "2", "POLICY_SERVER_TIMEOUT": "20", **env,
     }  # fmt: skip
+    if not (run_dir / "run.yaml").exists():  # a created run, whose contract names no server: not dialled
+        queue = tmp_path / "client-queue.txt"
+        queue.write_text(f"table {task}\n")
+        plain = {k: v for k, v in full_env.items() if not k.startswith("POLICY_SERVER")}
+        create_run(run_dir, queue, {**plain, "USE_EVAL_SEEDS": "0", "EVAL_TEST_NUM": str(max(seeds) + 1)})
     cmd = [
         sys.executable, str(REPO / "scripts" / "eval_policy_client.py"), "--run-dir", str(run_dir),
         "--scene", "table", "--task", task, "--seeds", *map(str, seeds),
