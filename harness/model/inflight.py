@@ -7,9 +7,9 @@ A frame bigger than SMALL_FRAME reserves its size here before its body is read, 
 (no two frames can each hold part of the budget and wait for the rest); shared-memory arrays
 reserve the bytes they will copy out before they are copied. A reservation waits at most WAIT_S
 for the budget, then is refused (`Busy`), and is held until its request's reply went out.
-Frames up to SMALL_FRAME are not counted: they fit the one first read every connection may cost
-anyway (MODEL_SERVER_MAX_CONNS bounds those), so a ping or a small observation never waits
-behind a big frame.
+Requests up to SMALL_FRAME (frame and shared-memory arrays together) are not counted: they fit the
+one first read every connection may cost anyway (MODEL_SERVER_MAX_CONNS bounds those), so a ping
+or a small observation never waits behind a big frame.
 
 Giving memory back: a process's first budget fixes glibc's allocation thresholds
 (`settle_allocator`), so buffers of 1 MiB and more are mappings of their own that go back to the
@@ -89,10 +89,10 @@ class InflightBudget:
         return self._held
 
     def reserve(self, size: int) -> Reservation:
-        """A reservation of `size` bytes (nothing for a small frame); `Busy` after WAIT_S."""
+        """A reservation for a request of `size` bytes (charged once it passes SMALL_FRAME);
+        `Busy` after WAIT_S."""
         reservation = Reservation(self)
-        if size > SMALL_FRAME:
-            reservation.extend(size)
+        reservation.extend(size)
         return reservation
 
     def _acquire(self, size: int) -> None:
@@ -125,22 +125,24 @@ class Reservation:
 
     def __init__(self, budget: InflightBudget) -> None:
         self._budget = budget
-        self.size = 0
+        self.wanted = 0  # the request's bytes so far
+        self.size = 0  # of them, charged to the budget: all once they pass SMALL_FRAME, else none
 
     def extend(self, size: int) -> None:
         """Reserve `size` more bytes (waiting as `InflightBudget.reserve` does)."""
-        if size <= 0:
-            return
-        budget = self._budget
-        if self.size + size > budget.limit:  # could never fit: refused now, not after WAIT_S
-            total, cap = self.size + size, budget.limit
-            raise WireError(f"a request of {total} bytes exceeds the limit of {cap} bytes ({budget.knob})")
-        budget._acquire(size)
-        self.size += size
+        budget, total = self._budget, self.wanted + max(size, 0)
+        if total > budget.limit:  # could never fit: refused now, not after WAIT_S
+            raise WireError(
+                f"a request of {total} bytes exceeds the limit of {budget.limit} bytes ({budget.knob})"
+            )
+        if total > SMALL_FRAME:
+            budget._acquire(total - self.size)
+            self.size = total
+        self.wanted = total
 
     def release(self) -> None:
         """Give the bytes back; idempotent. Call it once the request's memory is dropped."""
-        size, self.size = self.size, 0
+        size, self.size, self.wanted = self.size, 0, 0
         if size:
             self._budget._release(size)
 
