@@ -161,6 +161,14 @@ KNOBS: dict[str, Knob] = {
             "1 (always; an error if refused)",
             False,
         ),
+        # model server memory (harness.model.inflight)
+        Knob(
+            "MODEL_SERVER_INFLIGHT_BYTES",
+            str(DEFAULT_MAX_FRAME),
+            "request bytes a model server's connections hold at once (frames over 256 KiB, shared-memory "
+            "arrays); more wait, then get a `server busy` error",
+            False,
+        ),
     ]
 }
 

@@ -12,10 +12,12 @@ SIGTERM/SIGINT or `shutdown()`.
 
 Hostile peers are bounded here: at most MODEL_SERVER_MAX_CONNS connections (more are closed at
 once); until its hello succeeds a connection may send frames of HELLO_MAX_FRAME at most and is
-closed after MODEL_SERVER_HELLO_TIMEOUT seconds; a frame body costs memory only as it arrives
-(`harness.wire.frames`); running out of descriptors in accept() is waited out, not fatal. Client
-faults (bad requests, drops) are logged in throttled single lines; only a policy's exception keeps
-its traceback (also throttled).
+closed after MODEL_SERVER_HELLO_TIMEOUT seconds; after it, frames as big as the observation its
+hello declares; a frame body costs memory only as it arrives (`harness.wire.frames`), and only
+inside the connections' shared budget of bytes in flight (`harness.model.requests`,
+`harness.model.inflight`: over it, a `server busy` error reply); running out of descriptors in
+accept() is waited out, not fatal. Client faults (bad requests, drops) are logged in throttled
+single lines; only a policy's exception keeps its traceback (also throttled).
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import knobs
+from harness.model.inflight import Busy, InflightBudget, Reservation
 from harness.model.policyload import LoadedPolicy
+from harness.model.requests import decode_request, inflight_budget, next_request
 from harness.model.session import Drop, PolicyFailed, Session
 from harness.wire import protocol
 from harness.wire.codecs import Codec, JsonCodec
 from harness.wire.errors import PeerClosed, StreamBroken, WireError
-from harness.wire.frames import recv_frame, send_frame, set_no_delay
+from harness.wire.frames import send_frame, set_no_delay
 from harness.wire.readyfile import (
     advertised_host,
     listen_socket,
@@ -48,8 +52,6 @@ from harness.wire.shm import SHM_MODES
 log = logging.getLogger("model_server")
 
 IDLE_TIMEOUT_S = 3600.0  # a greeted sim client may spend a long time between requests (slow sim steps)
-FRAME_TIMEOUT_S = 60.0  # but once a frame has started, the rest must follow
-HELLO_MAX_FRAME = 1 << 20  # the largest frame before a successful hello (a hello is a few hundred bytes)
 ACCEPT_BACKOFF_S = 0.1  # pause between accept() tries while out of descriptors or buffers
 LOG_EVERY_S = 10.0  # at most one line per this many seconds for client faults, one for policy failures
 
@@ -89,14 +91,17 @@ def serve_connection(
     reply_token: str | None = None,
     hello_timeout_s: float | None = None,
     faults: FaultLog | None = None,
+    budget: InflightBudget | None = None,
 ) -> None:
     """Answer requests on one connection until the peer leaves or the stream breaks.
 
     With `hello_timeout_s`, a connection without a successful hello by then is closed (accepted
     connections; one the model side dialled out waits for the sim's first episode to be built).
-    `faults` is where its faults are logged (the server's, shared by its connections).
+    `faults` is where its faults are logged (the server's, shared by its connections); `budget`
+    is the bytes in flight it shares with them (default: its own, of MODEL_SERVER_INFLIGHT_BYTES).
     """
     faults = faults or FaultLog()
+    budget = budget or inflight_budget()
     conn.settimeout(IDLE_TIMEOUT_S)
     set_no_delay(conn)
     limit = knobs.get_int("WIRE_MAX_FRAME")
@@ -104,12 +109,20 @@ def serve_connection(
     session = Session(policy, token, reply_token, shm_limit)
     hello_by = None if hello_timeout_s is None else time.monotonic() + hello_timeout_s
     peer = _peer(conn)
+    reservation: Reservation | None = None
     try:
         while True:
             try:
-                body = _next_frame(conn, session.greeted, limit, hello_by)
+                body, reservation = next_request(conn, session, limit, budget, hello_by)
             except PeerClosed:
                 return
+            except Busy as exc:  # its body was read away: the stream is intact, the request refused
+                if session.locked:
+                    _drop(conn, session.codec, peer, str(exc), faults)
+                    return
+                faults.client("refused a request from %s: %s", peer, exc)
+                send_frame(conn, session.codec.encode(protocol.error(str(exc))), limit)
+                continue
             except WireError as exc:  # oversize or stalled frame, or no hello: the stream is done
                 reason = str(exc)
                 if hello_by is not None and not session.greeted and time.monotonic() >= hello_by:
@@ -118,7 +131,9 @@ def serve_connection(
                 return
             codec, locked = session.codec, session.locked
             try:
-                reply = session.handle(codec.decode(body))
+                msg = decode_request(codec, body, reservation)
+                body = None  # the decoded message holds what it needs: the body goes now
+                reply = session.handle(msg)
             except (Drop, StreamBroken) as exc:
                 _drop(conn, codec, peer, str(exc), faults)
                 return
@@ -132,22 +147,18 @@ def serve_connection(
                     return
                 faults.client("bad request from %s: %s", peer, reason)
                 reply = protocol.error(reason)
+            body = msg = None  # the request's memory is dropped before its bytes go back to the budget
             send_frame(conn, codec.encode(reply), limit)
+            reply = None
+            reservation.release()
             session.switch_codec()
     except (WireError, OSError) as exc:
         log.info("connection dropped: %s", exc)
     finally:
+        if reservation is not None:
+            reservation.release()
         session.close()
         conn.close()
-
-
-def _next_frame(conn: socket.socket, greeted: bool, limit: int, hello_by: float | None) -> bytearray:
-    if greeted:
-        return recv_frame(conn, limit, body_timeout_s=FRAME_TIMEOUT_S)
-    name = "before a hello" if limit > HELLO_MAX_FRAME else "WIRE_MAX_FRAME"
-    return recv_frame(
-        conn, min(limit, HELLO_MAX_FRAME), body_timeout_s=FRAME_TIMEOUT_S, deadline=hello_by, limit_name=name
-    )
 
 
 def _peer(conn: socket.socket) -> str:
@@ -183,6 +194,7 @@ class ModelServer:
         knobs.get_choice("WIRE_SHM", SHM_MODES)  # a bad value stops the start, not each connection
         self._slots = threading.BoundedSemaphore(self.max_conns)
         self._faults = FaultLog()
+        self._budget = inflight_budget()  # one for all its connections
         self._stop = threading.Event()
         try:
             self._listener = listen_socket(self.bind, backlog=64)
@@ -243,7 +255,12 @@ class ModelServer:
     def _serve(self, conn: socket.socket) -> None:
         try:
             serve_connection(
-                conn, self.policy, self.token, hello_timeout_s=self.hello_timeout_s, faults=self._faults
+                conn,
+                self.policy,
+                self.token,
+                hello_timeout_s=self.hello_timeout_s,
+                faults=self._faults,
+                budget=self._budget,
             )
         finally:
             self._slots.release()

@@ -12,6 +12,10 @@ Every session of one `LoadedPolicy` shares its batcher (`harness.model.batcher`)
 until the batched model call that carries its request is done. A front end calls `close()` when
 its connection ends. The session holds the wrapper's per-session state (`init_state`), so one
 session's reset or history never touches another's.
+
+After its hello a session's frames are bounded by the observation its hello declares
+(`observation_frame_limit`: the cameras and image size of the specs), so a greeted client cannot
+send frames of WIRE_MAX_FRAME unless its contract needs them; its shared memory takes the same bound.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ from harness.wire.shm import SHM_CODEC, accept_offer
 from harness.wire.shmcodec import ShmCodec
 
 T = TypeVar("T")
+
+OBS_FACTOR = 4  # an observation's frame over its RGB bytes: JSON's base64 (4/3), depth or extra arrays
+OBS_SLACK = 1 << 20  # and bytes for proprio, camera parameters, state, the instruction, the encoding
 
 
 class Drop(Exception):
@@ -61,6 +68,7 @@ class Session:
         self.codec: Codec = JsonCodec()
         self.pending_codec: Codec | None = None  # switched to after the hello reply went out in JSON
         self.greeted = False
+        self.frame_limit: int | None = None  # after the hello: the observation bound (None: none declared)
         self.episode: Episode | None = None
         self.state: SessionState | None = None  # the wrapper's per-session state (made at the first reset)
         self.member = policy.batcher.join()
@@ -111,7 +119,8 @@ class Session:
                 f"server speaks {protocol.PROTOCOL_VERSION}"
             )
         protocol.check_specs(self.policy.spec, msg["spec"])
-        name, codec, refused = self._pick_codec(msg)
+        frame_limit = observation_frame_limit(msg["spec"], self.policy.spec)
+        name, codec, refused = self._pick_codec(msg, frame_limit)
         reply = {
             "type": "hello",
             "version": protocol.PROTOCOL_VERSION,
@@ -123,12 +132,13 @@ class Session:
         if self.reply_token:
             reply["token"] = self.reply_token
         self.greeted = True
+        self.frame_limit = frame_limit
         if isinstance(self.pending_codec, ShmCodec):  # a second hello before the first's reply
             self.pending_codec.close()
         self.pending_codec = codec
         return reply
 
-    def _pick_codec(self, msg: dict[str, Any]) -> tuple[str, Codec, str | None]:
+    def _pick_codec(self, msg: dict[str, Any], frame_limit: int | None) -> tuple[str, Codec, str | None]:
         """The first of the client's codecs this server can use, and why shared memory was not."""
         refused = None
         for name in msg["codecs"]:
@@ -136,12 +146,13 @@ class Session:
                 if self.shm_limit is None:
                     refused = "this model server does not take shared memory (WIRE_SHM=0)"
                     continue
+                limit = self.shm_limit if frame_limit is None else min(self.shm_limit, frame_limit)
                 try:
-                    request, reply = accept_offer(msg.get("shm"), self.shm_limit)
+                    request, reply = accept_offer(msg.get("shm"), limit)
                 except WireError as exc:
                     refused = str(exc)
                     continue
-                return name, ShmCodec(reply, request, self.shm_limit), None
+                return name, ShmCodec(reply, request, limit), None
             if isinstance(name, str) and name in CODECS:
                 return name, get_codec(name), refused
         raise WireError(f"no common codec: client offers {msg['codecs']}, server speaks {sorted(CODECS)}")
@@ -163,6 +174,27 @@ class Session:
         obs["episode"] = {"task": ep.task, "task_config": ep.task_config, "seed": ep.seed, "step": step}
         actions = _policy(self.policy.act, obs, ep.seed, step, self.state, self.member)
         return {"type": "infer", "actions": actions}
+
+
+def observation_frame_limit(client: dict[str, Any], server: dict[str, Any]) -> int | None:
+    """The largest frame an observation of the hello's specs can need: OBS_FACTOR x cameras x
+    height x width x 3 bytes + OBS_SLACK, the sim's cameras and image size where it declares them,
+    else the policy's; None when neither declares an image size. A malformed field is a WireError
+    naming it."""
+    cameras = client.get("cameras", server.get("cameras"))
+    size = client.get("image_size", server.get("image_size"))
+    if size is None:
+        return None
+    if not isinstance(cameras, list | tuple):
+        raise WireError(f"hello spec: cameras must be a list of camera names, got {cameras!r:.80}")
+    dims = [size, size] if type(size) is int else size
+    if not (
+        isinstance(dims, list | tuple) and len(dims) == 2 and all(type(d) is int and d > 0 for d in dims)
+    ):
+        raise WireError(
+            f"hello spec: image_size must be a positive integer or [height, width], got {size!r:.80}"
+        )
+    return OBS_FACTOR * len(cameras) * dims[0] * dims[1] * 3 + OBS_SLACK
 
 
 def _policy(call: Callable[..., T], *args: Any) -> T:

@@ -5,7 +5,9 @@ and the body buffer starts at FIRST_READ (or the frame, if smaller) and grows on
 most GROWTH times what arrived, so a header alone costs FIRST_READ, never the size it announces.
 Reads and writes loop over partial transfers; waiting between frames is bounded by the socket's
 timeout (`sock.settimeout`), a body as a whole by `body_timeout_s`, a whole frame by an optional
-`deadline`; every timeout surfaces as `WireError`.
+`deadline`; every timeout surfaces as `WireError`. `recv_header` and `recv_body` are the two
+halves of `recv_frame`, for a reader that decides between them whether it can afford the body
+(the model server's bytes-in-flight budget); `skip_body` reads a refused body away in pieces.
 """
 
 from __future__ import annotations
@@ -65,15 +67,51 @@ def recv_frame(
     `deadline` (a `time.monotonic()` value) bounds the whole frame, the wait for its header
     included. `limit_name` says in the error where the limit comes from.
     """
+    size = recv_header(sock, limit, deadline=deadline, limit_name=limit_name)
+    return recv_body(sock, size, body_timeout_s, deadline=deadline)
+
+
+def recv_header(
+    sock: socket.socket, limit: int, *, deadline: float | None = None, limit_name: str = "WIRE_MAX_FRAME"
+) -> int:
+    """The announced size of the next frame, refused (WireError) over `limit`: `recv_frame`'s first
+    half, for a reader that must decide what the body may cost before reading it."""
     idle = sock.gettimeout()
     try:
         (size,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size, at_boundary=True, deadline=deadline))
-        if size > limit:
-            raise WireError(f"frame of {size} bytes exceeds the limit of {limit} bytes ({limit_name})")
-        if body_timeout_s is not None:
-            body_deadline = time.monotonic() + body_timeout_s
-            deadline = body_deadline if deadline is None else min(deadline, body_deadline)
+    finally:
+        if deadline is not None:
+            sock.settimeout(idle)
+    if size > limit:
+        raise WireError(f"frame of {size} bytes exceeds the limit of {limit} bytes ({limit_name})")
+    return size
+
+
+def recv_body(
+    sock: socket.socket, size: int, body_timeout_s: float | None = None, *, deadline: float | None = None
+) -> bytearray:
+    """The `size` bytes of body after a `recv_header`, bounded as `recv_frame` says."""
+    idle = sock.gettimeout()
+    if body_timeout_s is not None:
+        body_deadline = time.monotonic() + body_timeout_s
+        deadline = body_deadline if deadline is None else min(deadline, body_deadline)
+    try:
         return _recv_exact(sock, size, at_boundary=False, deadline=deadline)
+    finally:
+        if deadline is not None:
+            sock.settimeout(idle)
+
+
+def skip_body(sock: socket.socket, size: int, body_timeout_s: float | None = None) -> None:
+    """Read and drop `size` bytes of body in FIRST_READ pieces, so that a frame refused after its
+    header leaves the stream at the next frame (an error reply can follow) at no memory cost."""
+    idle = sock.gettimeout()
+    deadline = None if body_timeout_s is None else time.monotonic() + body_timeout_s
+    try:
+        while size > 0:
+            piece = min(size, FIRST_READ)
+            _recv_exact(sock, piece, at_boundary=False, deadline=deadline)
+            size -= piece
     finally:
         if deadline is not None:
             sock.settimeout(idle)

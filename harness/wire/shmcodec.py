@@ -9,6 +9,10 @@ arrays out. So a peer that died or stalled mid-write has sent no frame (its sock
 silent, and the reader's socket timeouts apply), and a frame can never be read out of a region
 that holds another frame's data. Each direction counts its own frames from 1.
 
+A frame's arrays together may copy at most the codec's limit out of the region (arrays may point
+at the same bytes, so the region's size alone bounds nothing); `array_bytes` says what a frame
+will copy before it is decoded, so a reader can reserve that memory first.
+
 Request/reply strictly alternate on a connection, so the writer owns its region from its frame
 until the answer arrives, and the reader copies the arrays out before it answers: what a policy
 keeps (a history) never aliases a region.
@@ -43,6 +47,7 @@ class ShmCodec:
     def __init__(self, outgoing: Region, incoming: Region, limit: int) -> None:
         self._out, self._in, self._limit = outgoing, incoming, limit
         self._sent = self._received = 0
+        self._copied = 0  # bytes copied out of the region by the frame being decoded
 
     def encode(self, msg: dict[str, Any]) -> bytes:
         arrays: list[tuple[int, memoryview]] = []
@@ -75,6 +80,7 @@ class ShmCodec:
             expected = self._received + 1
             raise StreamBroken(f"shared-memory frame out of sequence: expected {expected}, got {seq}")
         self._check_region(seq)
+        self._copied = 0
         try:
             msg = msgpack.unpackb(
                 memoryview(body)[_SEQ.size :], raw=False, object_hook=self._hook, ext_hook=refuse_ext,
@@ -89,6 +95,26 @@ class ShmCodec:
         if not isinstance(msg, dict):
             raise WireError(f"a message must be a map, got {type(msg).__name__}")
         return msg
+
+    def array_bytes(self, body: bytes | bytearray) -> int:
+        """The bytes decoding `body` will copy out of the region (0 for a frame decode refuses)."""
+        total = 0
+
+        def count(obj: dict[str, Any]) -> Any:
+            nonlocal total
+            where = obj.get(SHM_KEY)
+            if isinstance(where, list) and len(where) == 2 and type(where[1]) is int and where[1] > 0:
+                total += where[1]
+            return obj
+
+        try:
+            msgpack.unpackb(
+                memoryview(body)[_SEQ.size :], raw=False, object_hook=count, ext_hook=refuse_ext,
+                strict_map_key=True,
+            )  # fmt: skip
+        except (WireError, ValueError, TypeError, msgpack.UnpackException, RecursionError):
+            return 0
+        return total
 
     def _check_region(self, seq: int) -> None:
         held = self._in.seq
@@ -111,6 +137,9 @@ class ShmCodec:
         offset, nbytes = where
         if offset < _DATA_START or nbytes < 0:
             raise WireError(f"array location [{offset}, {nbytes}] is outside the region's data")
+        self._copied += nbytes
+        if self._copied > self._limit:
+            raise WireError(f"shared-memory frame's arrays total more than the limit of {self._limit} bytes")
         self._in.cover(offset + nbytes, self._limit)
         return from_buffer(self._in.read(offset, nbytes), obj["dtype"], obj["shape"])
 

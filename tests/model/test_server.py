@@ -15,7 +15,7 @@ import msgpack
 import numpy as np
 import pytest
 
-import harness.model.server
+import harness.model.requests
 from harness.model.dialout import connect_out, parse_target
 from harness.model.policyload import load_policy
 from harness.wire.client import PolicyClient
@@ -172,7 +172,7 @@ def test_oversize_frame_is_refused_and_dropped(tmp_path: Path, monkeypatch: pyte
 
 
 def test_mid_frame_disconnect_and_stall(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(harness.model.server, "FRAME_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(harness.model.requests, "FRAME_TIMEOUT_S", 0.3)
     with running_server(tmp_path):
         ready = tmp_path / "ready.json"
         gone = raw_connect(ready)

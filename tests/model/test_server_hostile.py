@@ -1,5 +1,6 @@
-"""The model server against hostile clients: memory held before a hello, connection floods and
-descriptor exhaustion, IPv6 binds, the log cost of bad requests, the token before any message, and
+"""The model server against hostile clients: memory held before a hello and after it (the frame
+bound of a hello's observation, the bytes-in-flight budget, shared-memory arrays), connection
+floods and descriptor exhaustion, IPv6 binds, the log cost of bad requests, the token before any message, and
 a seeded wire fuzzer that must leave the server up and serving."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import numpy as np
 import pytest
 
@@ -25,9 +27,12 @@ from harness.model.dialout import connect_out
 from harness.model.policyload import load_policy
 from harness.model.server import ModelServer
 from harness.wire.client import PolicyClient
+from harness.wire.codecs import JsonCodec
 from harness.wire.errors import WireError
 from harness.wire.frames import DEFAULT_MAX_FRAME, recv_frame
 from harness.wire.readyfile import read_ready
+from harness.wire.shm import Offer, accept_offer
+from harness.wire.shmcodec import ShmCodec
 from support.wirefuzz import WireFuzzer
 from support.wirekit import (
     NOISY,
@@ -159,6 +164,93 @@ def test_header_flood_keeps_server_memory_bounded(tmp_path: Path) -> None:
         for sock in socks:
             sock.close()
         stop_process(proc)
+
+
+def greeted(ready: Path, spec: dict[str, Any] | None = None) -> socket.socket:
+    """A raw connection after a JSON hello (the codec stays JSON) and a reset."""
+    sock = raw_connect(ready)
+    sock.settimeout(30)
+    raw_send(sock, hello_body(spec=spec or SPEC))
+    assert raw_recv(sock)["type"] == "hello"
+    raw_send(sock, b'{"type": "reset", "task": "t", "task_config": "c", "instruction": "i", "seed": 1}')
+    assert raw_recv(sock) == {"type": "reset"}
+    return sock
+
+
+def infer_body(extra_bytes: int) -> bytes:
+    return JsonCodec().encode(
+        {"type": "infer", "step": 0, "obs": {**obs(0.5), "x": np.zeros(extra_bytes, np.uint8)}}
+    )
+
+
+def test_frames_after_the_hello_are_bounded_by_the_observation_it_declares(tmp_path: Path) -> None:
+    ready = tmp_path / "ready.json"
+    spec = {**SPEC, "image_size": 64}  # one 64x64 camera: 4 x 64 x 64 x 3 + 1 MiB
+    bound = 4 * 64 * 64 * 3 + (1 << 20)
+    with running_server(tmp_path):
+        sock = greeted(ready, spec)
+        raw_send(sock, infer_body(bound // 2))  # what such an observation (and then some) needs
+        assert raw_recv(sock)["type"] == "infer"
+        sock.sendall(header(bound + 1))
+        reply = raw_recv(sock)
+        assert reply["type"] == "error", reply
+        assert f"limit of {bound} bytes" in reply["message"] and "observation" in reply["message"]
+        assert raw_recv(sock) is None  # dropped: its body was never read
+        sock = raw_connect(ready)
+        raw_send(sock, hello_body(spec={**SPEC, "image_size": "huge"}))
+        reply = raw_recv(sock)
+        assert reply["type"] == "error" and "hello spec: image_size must be" in reply["message"], reply
+        sock.close()
+        assert session_works(ready)
+
+
+def test_requests_over_the_budget_wait_then_are_refused_and_the_connection_lives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MODEL_SERVER_INFLIGHT_BYTES", str(4 << 20))
+    monkeypatch.setattr("harness.model.inflight.WAIT_S", 1.0)
+    ready = tmp_path / "ready.json"
+    with running_server(tmp_path):
+        hog, other = greeted(ready), greeted(ready)
+        hog.sendall(header(3 << 20) + b"{")  # holds 3 MiB of the budget while it stalls
+        time.sleep(0.3)
+        raw_send(other, b'{"type": "ping"}')  # a small request never waits for the budget
+        assert raw_recv(other) == {"type": "ping"}
+        start = time.monotonic()
+        raw_send(other, infer_body(2 << 20))
+        reply = raw_recv(other)
+        assert reply["type"] == "error" and "server busy" in reply["message"], reply
+        assert "MODEL_SERVER_INFLIGHT_BYTES" in reply["message"] and time.monotonic() - start >= 0.9
+        raw_send(other, b'{"type": "ping"}')  # its body was read away: the stream is in step
+        assert raw_recv(other) == {"type": "ping"}
+        hog.close()  # the budget frees up: the same request now goes through
+        wait_for(lambda: _infers(other, 2 << 20), timeout=30)
+        other.sendall(header(5 << 20))  # more than the whole budget: refused at once, naming it
+        reply = raw_recv(other)
+        assert reply["type"] == "error" and "(MODEL_SERVER_INFLIGHT_BYTES)" in reply["message"], reply
+        other.close()
+
+
+def _infers(sock: socket.socket, extra_bytes: int) -> bool:
+    raw_send(sock, infer_body(extra_bytes))
+    return raw_recv(sock)["type"] == "infer"
+
+
+def test_shared_memory_arrays_may_not_copy_more_than_the_limit_out_of_a_region() -> None:
+    """Arrays pointing at the same bytes: a 1 MiB region must not turn into 3 MiB of copies."""
+    offer = Offer()
+    request, reply = accept_offer(offer.field, 1 << 20)
+    server = ShmCodec(reply, request, 1 << 20)
+    try:
+        offer.request.seq = 1
+        where = {"__shm__": [64, 1 << 19], "dtype": "uint8", "shape": [1 << 19]}
+        body = struct.pack(">Q", 1) + msgpack.packb({"type": "infer", "step": 0, "obs": {"a": [where] * 6}})
+        assert server.array_bytes(body) == 6 << 19  # what the server reserves before copying
+        with pytest.raises(WireError, match="arrays total more than the limit of 1048576 bytes"):
+            server.decode(body)
+    finally:
+        server.close()
+        offer.close()
 
 
 # 2. connection floods
