@@ -66,7 +66,7 @@ def wait_for(cond: Any, timeout: float = 30.0) -> None:
 
 
 def client(ready: Path, codec: str = "msgpack", shm: str = "auto") -> PolicyClient:
-    return PolicyClient.from_ready_file(ready, timeout_s=10, io_timeout_s=30, codec=codec, shm=shm)
+    return PolicyClient.from_ready_file(ready, timeout_s=120, io_timeout_s=60, codec=codec, shm=shm)
 
 
 def episode(ready: Path, seed: int, steps: int = 4, codec: str = "msgpack") -> list[np.ndarray]:
