@@ -40,6 +40,7 @@ from harness.queue.lease import Lease
 from harness.queue.owner import pid_namespace
 from harness.queue.units import Unit
 from harness.worker import children, slot_count
+from harness.worker.episode_costs import seed_costs
 from harness.worker.external_server import ExternalServer
 from harness.worker.model_server_process import ModelServerError, ModelServerProcess
 from harness.worker.sim_process import read_progress
@@ -117,7 +118,7 @@ class Worker:
                 raise ValueError("knob SIMS_PER_WORKER: must be 1 with SIM_AS_SERVER=1 (one listening sim)")
             cache_size()  # SIM_ENV_CACHE: refused here, not in every sim process
             self.verify()
-            self.units = run_units(self.run)  # a bad queue file or seed bank: refused
+            self.units = run_units(self.run, seed_costs(self.run))  # a bad queue file or seed bank: refused
             self.add_slot()
         except ValueError as exc:  # ContractMismatch, ManifestError, QueueFileError, SeedBankError, knobs
             self.log(f"refusing to run: {exc}")
