@@ -1,8 +1,9 @@
 """SIMS_PER_WORKER: how many sim slots a worker runs against its one model server.
 
-An integer 1..MAX_SLOTS is taken as given (1, the default, is one sim per model server). `auto`
-lets the worker's first unit run alone on slot 0 and then picks K from what that unit measured,
-as the smallest of three bounds, and logs them:
+An integer 1..MAX_SLOTS is taken as given (1 is one sim per model server). `auto` (the default;
+a CPU-only node's sizing turns it into 1, `harness.node.sizing`) lets the worker's first unit run
+alone on slot 0 and then picks K from what that unit measured, as the smallest of three bounds,
+and logs them:
 - the model: a slot waits for the model `model_s` of every `sim_s + model_s` second, so an
   unbatched server is busy all the time at K = (sim_s + model_s) / model_s slots (rounded up);
 - the cores: each slot steps its simulator on about one core: the node's cores less its load, and
