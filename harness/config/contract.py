@@ -72,7 +72,7 @@ def build_contract(cells: list[Cell], env: Mapping[str, str]) -> dict[str, Any]:
 def adopt_unit_seeds(frozen: dict[str, Any], actual: dict[str, Any]) -> None:
     """UNIT_SEEDS=auto in `actual` matches the number the run froze when it resolved its own `auto`
     (an explicit, different number is still a different contract)."""
-    if actual["knobs"].get("UNIT_SEEDS", "").strip().lower() == "auto":
+    if actual["knobs"].get("UNIT_SEEDS", "").strip().lower() == "auto" and "UNIT_SEEDS" in frozen["knobs"]:
         actual["knobs"]["UNIT_SEEDS"] = frozen["knobs"]["UNIT_SEEDS"]
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness.config import knobs
 
-SIM_HOST_GIB = 2.0  # host memory one sim process takes (SAPIEN + lavapipe + its kept envs)
+SIM_HOST_GIB = 2.0  # host memory per sim: its process peaks at 0.9-1.1 GiB RSS, + encoder and worker
 CGROUP = Path("/sys/fs/cgroup")
 MEMINFO = Path("/proc/meminfo")
 
