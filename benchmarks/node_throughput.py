@@ -1,9 +1,10 @@
 """A whole run as a user feels it: the shipped clean bank through the local pool on this machine.
 
 Creates a run of `seeds/maniskill_queue.txt` (7 tasks) at EVAL_TEST_NUM (default 10: 70 episodes)
-with the replay policy, starts `scripts/run_local.sh 1` (one node, CPU_WORKERS workers, each with
-SIMS_PER_WORKER sim slots: knobs from the environment), and from the records, the worker logs and
-the sim processes' CPU time reports:
+with the replay policy, starts `scripts/run_local.sh 1` (one node; its workers and sim slots as the
+node sizes itself, or as CPU_WORKERS / SIMS_PER_WORKER / UNIT_SEEDS in the environment say), prints
+the node's sizing line and the run's unit split, and from the records, the worker logs and the sim
+processes' CPU time reports:
 - episodes/hour over the pool's wall time, and the time from the pool's start to the first record;
 - the amortized overhead: 1 - (sum of steady-state env-step time + sum of policy time) / sum of
   slot wall time. Steady-state env-step time of an episode = its steps x its task's median sim
@@ -13,8 +14,8 @@ the sim processes' CPU time reports:
 
 Last line: `episodes_per_hour=<n> first_episode_s=<n> amortized_overhead_pct=<n> limit_ratio=<r>`.
 
-Example (about 10 minutes on 2 cores):
-  CPU_WORKERS=2 $SIM_PY benchmarks/node_throughput.py
+Example (about 5 minutes on 2 quiet cores; no knob set: the defaults are what it measures):
+  $SIM_PY benchmarks/node_throughput.py
 """
 
 from __future__ import annotations
@@ -34,11 +35,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from harness.config.manifest import load_manifest  # noqa: E402
 from harness.config.rundir import RunDir  # noqa: E402
 from harness.episode.records import read_tree  # noqa: E402
 
 STARTED = re.compile(r"sim process pid (\d+) started")
 AUTO = re.compile(r"SIMS_PER_WORKER=auto: (\d+)")
+PLANNED = re.compile(r"\] worker (\S+) CUDA_VISIBLE_DEVICES='[^']*' SIMS_PER_WORKER=(\S+)")
+SIZING = re.compile(r"\] (sizing: .*)")
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -73,13 +77,16 @@ def run_pool(env: dict[str, str], run: RunDir) -> tuple[float, float, dict[int, 
     return started, wall, cpu
 
 
-def slot_count(logs: Path, workers: int, knob: str) -> int:
-    """Sim slots in the pool: workers x SIMS_PER_WORKER, or what each worker's `auto` chose."""
-    if knob.isdigit():
-        return workers * int(knob)
-    chosen = [int(m.group(1)) for log in logs.glob("worker-*.log")
-              for m in AUTO.finditer(log.read_text())]  # fmt: skip
-    return sum(chosen) + workers - len(chosen)  # a worker that never chose ran its one slot
+def slot_counts(logs: Path) -> dict[str, int]:
+    """Sim slots per worker: what the node script gave it, or what its `auto` chose (a worker that
+    never chose ran its one slot)."""
+    node_logs = "".join(log.read_text() for log in logs.glob("node-*.log"))
+    counts = {}
+    for worker, sims in PLANNED.findall(node_logs):
+        log = logs / f"worker-{worker}.log"
+        chosen = AUTO.findall(log.read_text()) if log.exists() else []
+        counts[worker] = int(sims) if sims.isdigit() else int(chosen[-1]) if chosen else 1
+    return counts
 
 
 def steady_sim_s(records: list[dict]) -> float:
@@ -108,20 +115,23 @@ def main() -> int:
     if made.returncode != 0:
         raise SystemExit(f"node_throughput: cannot create the run: {made.stderr[-2000:]}")
     run = RunDir(runs_root / "throughput")
+    print(f"unit split: {load_manifest(run.root).info.get('unit_split', '-')}", flush=True)
     started, wall, cpu = run_pool(env, run)
+    sizing = SIZING.findall("".join(log.read_text() for log in run.logs.glob("node-*.log")))
+    print(f"node {sizing[0] if sizing else 'sizing: not logged'}")
     records = [r for r in read_tree(run.results).records.values() if r["error"] is None and r["steps"]]
     if not records:
         raise SystemExit(f"node_throughput: no trial was recorded; logs in {run.logs}")
     first = min(datetime.fromisoformat(r["finished_at"]).timestamp() for r in records) - started
-    workers = int(env.get("CPU_WORKERS", "1"))
-    slots = slot_count(run.logs, workers, env.get("SIMS_PER_WORKER", "1"))
+    counts = slot_counts(run.logs)
+    workers, slots = len(counts), sum(counts.values())
     steady, policy = steady_sim_s(records), sum(r["model_s"] for r in records)
     overhead = 1 - (steady + policy) / (wall * slots)
     per_hour = len(records) / wall * 3600
     cores = len(os.sched_getaffinity(0))
     cpu_per_episode = sum(cpu.values()) / len(records)
     limit = cores / cpu_per_episode * 3600
-    print(f"{len(records)} episodes by {workers} workers x {slots // workers} slots in {wall:.0f} s; "
+    print(f"{len(records)} episodes by {workers} workers, {slots} slots in all, in {wall:.0f} s; "
           f"{len(cpu)} sim processes; sim CPU {sum(cpu.values()):.0f} s ({cpu_per_episode:.1f} s/episode); "
           f"steady env-step {steady:.0f} s, policy {policy:.0f} s; limit {limit:.0f} episodes/hour "
           f"on {cores} cores; load average at the end {os.getloadavg()[0]:.1f}")  # fmt: skip

@@ -33,7 +33,8 @@ def _summary(run_dir: str, manifest: Manifest) -> str:
         f"run {run_dir}: contract {contract_hash(manifest)}\n"
         f"  {manifest.contract['queue']['units']} units, EVAL_TEST_NUM={manifest.eval_test_num} "
         f"from {knobs['SEEDS_ROOT']}{banks}; policy {knobs['POLICY']} ckpt {knobs['CKPT_NAME'] or '-'}; "
-        f"{knobs['BENCHMARK']}/{knobs['BENCH_CONFIG']}"
+        f"{knobs['BENCHMARK']}/{knobs['BENCH_CONFIG']}\n"
+        f"  {manifest.info.get('unit_split') or 'UNIT_SEEDS=' + knobs['UNIT_SEEDS']}"
     )
 
 

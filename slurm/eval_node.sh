@@ -3,10 +3,11 @@
 # Everything comes from the environment (knobs: `python -m harness.config.knobs --markdown`). On this node it
 # stages envs/checkpoint into NODE_CACHE if cold, installs SIM_PIN into the staged sim env, refreshes
 # the code from the shared tree, then starts one worker per GPU slot x WORKERS_PER_GPU (CPU_WORKERS on
-# a node without GPUs) and waits. It exits non-zero only for a node-level failure (staging, pin, or
-# every worker failed), so a `--kill-on-bad-exit=0` pool keeps going without this node.
+# a node without GPUs; `auto`, the default, fills the allocation: harness/node/sizing.py) and waits.
+# It exits non-zero only for a node-level failure (staging, pin, or every worker failed), so a
+# `--kill-on-bad-exit=0` pool keeps going without this node.
 set -euo pipefail
-if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,7p' "$0" | cut -c3-; exit 0; fi
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,8p' "$0" | cut -c3-; exit 0; fi
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/env.sh"
 exports="$("$SIM_PY" -m harness.config.knobs --shell)"
 eval "$exports"
@@ -27,10 +28,11 @@ cd "$EVAL_ROOT"
 
 plan="$("$SIM_PY" -m harness.node.cli plan)"
 pids=()
-while read -r wid devices; do
+while read -r wid devices sims cores; do
   [ "$devices" = "-" ] && devices=""
-  echo "[node $node] worker $wid CUDA_VISIBLE_DEVICES='$devices' log=$logs/worker-$wid.log"
-  CUDA_VISIBLE_DEVICES="$devices" WORKER_ID="$wid" bash slurm/eval_worker.sh >"$logs/worker-$wid.log" 2>&1 &
+  echo "[node $node] worker $wid CUDA_VISIBLE_DEVICES='$devices' SIMS_PER_WORKER=$sims log=$logs/worker-$wid.log"
+  CUDA_VISIBLE_DEVICES="$devices" SIMS_PER_WORKER="$sims" EVAL_WORKER_CORES="$cores" WORKER_ID="$wid" \
+    bash slurm/eval_worker.sh >"$logs/worker-$wid.log" 2>&1 &
   pids+=("$!")
 done <<<"$plan"
 

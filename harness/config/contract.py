@@ -69,6 +69,13 @@ def build_contract(cells: list[Cell], env: Mapping[str, str]) -> dict[str, Any]:
     return contract
 
 
+def adopt_unit_seeds(frozen: dict[str, Any], actual: dict[str, Any]) -> None:
+    """UNIT_SEEDS=auto in `actual` matches the number the run froze when it resolved its own `auto`
+    (an explicit, different number is still a different contract)."""
+    if actual["knobs"].get("UNIT_SEEDS", "").strip().lower() == "auto" and "UNIT_SEEDS" in frozen["knobs"]:
+        actual["knobs"]["UNIT_SEEDS"] = frozen["knobs"]["UNIT_SEEDS"]
+
+
 CODE_REFUSED_EXIT = 5  # a sim client's exit status when `check_code` refused (no episode was run)
 
 
@@ -175,6 +182,7 @@ def verify_environment(
         actual = build_contract(cells, env)
     except (SeedBankError, ManifestError, FileNotFoundError) as exc:
         raise ContractMismatch(f"cannot verify the environment against {run.manifest}:", [str(exc)]) from None
+    adopt_unit_seeds(expected, actual)
     differences = diff_contracts(expected, actual, "the environment")
     n = eval_test_num(env)
     limit = entry[1] if entry is not None else manifest.eval_test_num

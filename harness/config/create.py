@@ -18,9 +18,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.config.contract import build_contract, check_bank_size, diff_contracts, eval_test_num
-from harness.config.manifest import ContractMismatch, Manifest, load_manifest, now_iso, write_manifest
+from harness.config.contract import (
+    adopt_unit_seeds,
+    build_contract,
+    check_bank_size,
+    diff_contracts,
+    eval_test_num,
+)
+from harness.config.manifest import (
+    ContractMismatch,
+    Manifest,
+    ManifestError,
+    load_manifest,
+    now_iso,
+    write_manifest,
+)
 from harness.config.paths import CODE_ROOT, bundle_root, resolve_checkpoint
+from harness.config.plan import resolve_unit_seeds
 from harness.config.rundir import QueueFileError, RunDir, read_queue
 from harness.config.seedbank import resolve_root
 
@@ -56,8 +70,13 @@ def create_run(run_dir: Path | str, queue_file: Path | str, env: Mapping[str, st
     contract = build_contract(cells, env)
     n = eval_test_num(env)
     check_bank_size(n, contract["seeds"], contract["knobs"]["SEEDS_ROOT"])
+    try:
+        unit_seeds, unit_split = resolve_unit_seeds(contract["knobs"]["UNIT_SEEDS"], len(cells), n, env)
+    except ValueError as exc:
+        raise ManifestError(str(exc)) from None
     if run.manifest.exists():
         return _same_run(run, contract, n)
+    contract["knobs"]["UNIT_SEEDS"] = unit_seeds  # frozen as the number: every worker cuts these units
     run.root.mkdir(parents=True, exist_ok=True)
     if Path(queue_file).resolve() != run.queue.resolve():
         tmp = run.queue.with_name(f".queue.txt.{os.getpid()}")
@@ -79,6 +98,7 @@ def create_run(run_dir: Path | str, queue_file: Path | str, env: Mapping[str, st
             "seeds_dir": str(resolve_root(contract["knobs"]["SEEDS_ROOT"], str(bundle_root(env)))),
             "checkpoint_path": str(resolve_checkpoint(contract["knobs"]["CKPT_NAME"], env) or ""),
             "simulator": _simulator_versions(),
+            "unit_split": unit_split,
             **_git_version(),
         },
     )
@@ -91,6 +111,7 @@ def create_run(run_dir: Path | str, queue_file: Path | str, env: Mapping[str, st
 
 def _same_run(run: RunDir, contract: dict[str, Any], n: int) -> Manifest:
     existing = load_manifest(run.root)
+    adopt_unit_seeds(existing.contract, contract)
     differences = diff_contracts(existing.contract, contract, "this launch")
     if differences:
         raise ContractMismatch(

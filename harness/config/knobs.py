@@ -80,7 +80,11 @@ KNOBS: dict[str, Knob] = {
         # queue and worker
         Knob("QUEUE_MODE", "lease", "lease (the only mode): work-stealing lease queue", False),
         # UNIT_SEEDS changes no result, but every worker of a run must cut the same unit keys
-        Knob("UNIT_SEEDS", "0", "seeds per unit: 0 = whole (scene, task) cell, k = slices of k"),
+        Knob(
+            "UNIT_SEEDS",
+            "auto",
+            "seeds per unit: auto = sized when the run is created (frozen), 0 = whole cell, k = slices of k",
+        ),
         Knob("EVAL_RESUME_SEEDS", "1", "1: run only seeds not yet recorded", False),
         Knob("LEASE_TTL", "60", "seconds without heartbeat before a lease is reclaimed", False),
         Knob("HEARTBEAT_S", "5", "seconds between lease heartbeats", False),
@@ -96,8 +100,8 @@ KNOBS: dict[str, Knob] = {
         Knob("PER_TASK_TIMEOUT", "7200", "seconds one unit may take before it is killed", False),
         Knob("MODEL_START_TIMEOUT", "900", "seconds a worker waits for its model server to be ready", False),
         Knob("WORKERS_PER_GPU", "1", "workers per GPU slot", False),
-        Knob("CPU_WORKERS", "1", "workers on a node without GPUs", False),
-        Knob("SIMS_PER_WORKER", "1", "sim slots per worker sharing its model server: 1..64, or auto", False),
+        Knob("CPU_WORKERS", "auto", "workers on a node without GPUs (auto: fill the allocation)", False),
+        Knob("SIMS_PER_WORKER", "auto", "sim slots per worker (one model server): 1..64 or auto", False),
         # wire
         Knob("WIRE_CODEC", "msgpack", "msgpack (fast) or json (reference-compatible)", False),
         Knob("WIRE_MAX_FRAME", str(DEFAULT_MAX_FRAME), "largest accepted frame in bytes", False),

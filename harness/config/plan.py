@@ -6,6 +6,12 @@ bank, in the order the history added them (append-only, so unit slices stay stab
 fill-ins). A run dir without a readable run.yaml is an error (ManifestError naming the file), never
 a plan from the current knobs: a hand-made queue, or a stale NFS lookup of run.yaml, must not let
 units be planned outside the run's contract.
+
+UNIT_SEEDS=auto is resolved here once, when the run is created (`resolve_unit_seeds`), from the
+cells, their seeds and the slots the run expects (the pool's nodes x this machine's cores), and
+frozen in run.yaml as the number: every worker then cuts the same unit keys. Units carry the
+expected seconds of their episodes when the caller knows them (earlier records), so the longest
+go first.
 """
 
 from __future__ import annotations
@@ -16,13 +22,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness.config import knobs
-from harness.config.manifest import Manifest, load_manifest, seed_banks
+from harness.config.manifest import Manifest, ManifestError, load_manifest, seed_banks
 from harness.config.paths import bundle_root
 from harness.config.rundir import Cell, RunDir, read_queue, task_config_name
 from harness.config.seedbank import read_bank, resolve_root
 from harness.queue.leases import LeaseQueue, QueueSettings
 from harness.queue.listing import UnitState, snapshot
-from harness.queue.units import Unit, split
+from harness.queue.units import AUTO, Unit, auto_unit_seeds, parse_unit_seeds, split
 
 
 def _additions(manifest: Manifest) -> list[tuple[str, int, int]]:
@@ -60,14 +66,42 @@ def planned_seeds(
     return {cell: [s for root, lo, hi in steps for s in banks[root][cell][lo:hi]] for cell in cells}
 
 
-def run_units(run: RunDir) -> list[Unit]:
-    """Every unit of a run, in queue order, planned from its run.yaml (ManifestError without one)."""
+def expected_slots(env: Mapping[str, str] = os.environ) -> tuple[int, str]:
+    """The sim slots a new run expects, and where that came from: the nodes of this Slurm job, else
+    POOL_NODES, times this machine's cores (a node fills its cores: `harness.node.sizing`)."""
+    job_nodes = env.get("SLURM_JOB_NUM_NODES", "").strip()
+    nodes, source = (int(job_nodes), "SLURM_JOB_NUM_NODES") if job_nodes.isdigit() else (
+        knobs.get_int("POOL_NODES", env, minimum=1), "POOL_NODES")  # fmt: skip
+    cores = len(os.sched_getaffinity(0))
+    return nodes * cores, f"{source} {nodes} x {cores} cores"
+
+
+def resolve_unit_seeds(
+    value: str, cells: int, seeds_per_cell: int, env: Mapping[str, str] = os.environ
+) -> tuple[str, str]:
+    """The UNIT_SEEDS a new run freezes for `value` (`auto` sized, a count checked), and why."""
+    count = parse_unit_seeds(value)
+    if count is not None:
+        return str(count), f"UNIT_SEEDS={count} (set)"
+    slots, source = expected_slots(env)
+    size, why = auto_unit_seeds(cells, seeds_per_cell, slots)
+    return str(size), f"{why}; slots from {source}"
+
+
+def run_units(run: RunDir, seed_cost_s: Mapping[tuple[str, str], float] | None = None) -> list[Unit]:
+    """Every unit of a run, in queue order, planned from its run.yaml (ManifestError without one);
+    `seed_cost_s`: expected seconds of an episode per (task, task_config), where known."""
     manifest = load_manifest(run.root)
-    bench_config, unit_seeds = manifest.knobs["BENCH_CONFIG"], int(manifest.knobs["UNIT_SEEDS"])
+    bench_config = manifest.knobs["BENCH_CONFIG"]
+    unit_seeds = parse_unit_seeds(manifest.knobs["UNIT_SEEDS"])
+    if unit_seeds is None:
+        raise ManifestError(f"{run.manifest}: UNIT_SEEDS={AUTO!r} was never resolved (edited by hand?)")
     plan = planned_seeds(run.root, manifest)
+    costs = seed_cost_s or {}
     units: list[Unit] = []
     for cell, seeds in plan.items():
-        units += split(cell.scene, cell.task, task_config_name(cell.scene, bench_config), seeds, unit_seeds)
+        config = task_config_name(cell.scene, bench_config)
+        units += split(cell.scene, cell.task, config, seeds, unit_seeds, costs.get((cell.task, config), 0.0))
     return units
 
 

@@ -67,7 +67,8 @@ def node_commands(
         name = f"{pool.label}-p{os.getpid()}"
         # Local "nodes" share this machine's disk: copying the envs into NODE_CACHE buys nothing.
         env = {"STAGE_ENVS": "none", **pool.env}
-        return [(payload, {**env, "NODE_NAME": f"{name}-n{i}"}) for i in range(pool.nodes)]
+        share = {"LOCAL_POOL_NODES": str(pool.nodes)}  # each "node" sizes itself to 1/N of this machine
+        return [(payload, {**env, **share, "NODE_NAME": f"{name}-n{i}"}) for i in range(pool.nodes)]
     raise LaunchError(f"LAUNCHER={launcher!r}: expected one of {', '.join(LAUNCHERS)}")
 
 

@@ -3,7 +3,9 @@
 `name`: this node's name. `prepare`: stage the envs, checkpoint and backbones into NODE_CACHE (if
 cold), install SIM_PIN into the staged sim env, refresh the code copy, prune the cache, and print the
 `export` lines that point the workers at the node-local copies. `plan`: one line `<worker-id>
-<cuda-devices or ->` per worker: one per GPU slot x WORKERS_PER_GPU, or CPU_WORKERS without GPUs.
+<cuda-devices or -> <SIMS_PER_WORKER> <cores>` per worker, sized by `harness.node.sizing` (one per
+GPU slot x WORKERS_PER_GPU, or CPU_WORKERS without GPUs; `auto` fills the allocation), and the
+sizing's one line on stderr.
 """
 
 from __future__ import annotations
@@ -12,9 +14,7 @@ import argparse
 import hashlib
 import os
 import shlex
-import shutil
 import socket
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +24,7 @@ from harness.config.failures import run_command
 from harness.config.paths import resolve_checkpoint
 from harness.node.codesync import code_copy
 from harness.node.holds import HoldError, hold
+from harness.node.sizing import detect, size_node
 from harness.node.staging import GB, StagingError, Wanted, node_lock, prune, stage, want
 from harness.node.venvs import install_pin, is_venv, relocate
 
@@ -33,35 +34,17 @@ def node_name() -> str:
     return knobs.get("NODE_NAME") or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
 
-def gpu_slots() -> list[str]:
-    """GPU device ids this node task may use: Slurm's CUDA_VISIBLE_DEVICES, else nvidia-smi outside Slurm."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
-    if visible and visible != "NoDevFiles":
-        return [d.strip() for d in visible.split(",") if d.strip()]
-    if "SLURM_JOB_ID" not in os.environ and shutil.which("nvidia-smi"):
-        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
-        if done.returncode == 0:
-            return [str(i) for i, line in enumerate(done.stdout.splitlines()) if line.startswith("GPU ")]
-    return []
-
-
-def worker_plan() -> list[tuple[str, str]]:
-    """(worker id, CUDA_VISIBLE_DEVICES) per worker; ids are unique per node and Slurm job."""
+def worker_plan(log=print) -> list[tuple[str, str, str, int]]:
+    """(worker id, CUDA_VISIBLE_DEVICES, SIMS_PER_WORKER, cores) per worker, as `sizing` sizes this
+    node (its one line goes to `log`); ids are unique per node and Slurm job."""
     node = node_name()
     job = os.environ.get("SLURM_JOB_ID")
     prefix = f"{node}-j{job}" if job else node
-    slots = gpu_slots()
-    per_gpu = knobs.get_int("WORKERS_PER_GPU")
-    if slots:
-        if per_gpu < 1:
-            raise ValueError(f"WORKERS_PER_GPU={per_gpu}: expected at least 1")
-        devices = [d for d in slots for _ in range(per_gpu)]
-    else:
-        count = knobs.get_int("CPU_WORKERS")
-        if count < 1:
-            raise ValueError(f"CPU_WORKERS={count}: expected at least 1")
-        devices = [""] * count
-    return [(f"{prefix}-w{i}", dev) for i, dev in enumerate(devices)]
+    plan = size_node(detect())
+    log(f"[node {node}] {plan.why}")
+    return [
+        (f"{prefix}-w{i}", dev, plan.sims_per_worker, plan.worker_cores) for i, dev in enumerate(plan.devices)
+    ]
 
 
 def prepare(log=print) -> dict[str, str]:
@@ -173,8 +156,8 @@ def main() -> None:
         if args.action == "name":
             print(node_name())
         elif args.action == "plan":
-            for worker, devices in worker_plan():
-                print(worker, devices or "-")
+            for worker, devices, sims, cores in worker_plan(lambda msg: print(msg, file=sys.stderr)):
+                print(worker, devices or "-", sims, cores)
         else:
             env = prepare(log=lambda msg: print(msg, file=sys.stderr, flush=True))
             print("\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items()))

@@ -147,6 +147,7 @@ class LeaseQueue:
         pending = [key for key in self.units if key not in self.finished]
         self._candidates = [key for key in pending if key not in self._leased]
         self.rng.shuffle(self._candidates)
+        self._candidates.sort(key=lambda key: self.units[key].rank)  # stable; pop() takes the longest
         self._misses = 0
         return bool(pending)
 

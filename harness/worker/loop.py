@@ -41,6 +41,7 @@ from harness.queue.lease import Lease
 from harness.queue.owner import pid_namespace
 from harness.queue.units import Unit
 from harness.worker import children, faults, slot_count
+from harness.worker.episode_costs import seed_costs
 from harness.worker.external_server import ExternalServer
 from harness.worker.faults import Fault
 from harness.worker.model_server_process import ModelServerError, ModelServerProcess
@@ -124,7 +125,7 @@ class Worker:
             cache_size()  # SIM_ENV_CACHE: refused here, not in every sim process
             self.breaker = faults.Breaker(knobs.get_int("WORKER_FAULT_LIMIT", minimum=1))
             self.verify()
-            self.units = run_units(self.run)  # a bad queue file or seed bank: refused
+            self.units = run_units(self.run, seed_costs(self.run))  # a bad queue file or seed bank: refused
             self.add_slot()
         except ValueError as exc:  # ContractMismatch, ManifestError, QueueFileError, SeedBankError, knobs
             self.log(f"refusing to run: {exc}")

@@ -1,11 +1,13 @@
 """SIMS_PER_WORKER: how many sim slots a worker runs against its one model server.
 
-An integer 1..MAX_SLOTS is taken as given (1, the default, is one sim per model server). `auto`
-lets the worker's first unit run alone on slot 0 and then picks K from what that unit measured,
-as the smallest of three bounds, and logs them:
+An integer 1..MAX_SLOTS is taken as given (1 is one sim per model server). `auto` (the default;
+a CPU-only node's sizing turns it into 1, `harness.node.sizing`) lets the worker's first unit run
+alone on slot 0 and then picks K from what that unit measured, as the smallest of three bounds,
+and logs them:
 - the model: a slot waits for the model `model_s` of every `sim_s + model_s` second, so an
   unbatched server is busy all the time at K = (sim_s + model_s) / model_s slots (rounded up);
-- the cores: each slot steps its simulator on about one core: the node's cores less its load;
+- the cores: each slot steps its simulator on about one core: the node's cores less its load, and
+  at most this worker's share of the node (EVAL_WORKER_CORES, set by the node script's sizing);
 - the GPU, where there is one: SLOT_GPU_GIB of free GPU memory per slot for the model's batch.
 """
 
@@ -51,6 +53,9 @@ def measure(records: list[dict]) -> Measured:
     steps = sum(int(r["steps"]) for r in trials)
     cores = len(os.sched_getaffinity(0))
     free = max(1.0, cores - os.getloadavg()[0] + 1)  # + 1: our own slot's load is in the average
+    share = os.environ.get("EVAL_WORKER_CORES", "").strip()
+    if share.isdigit() and int(share) > 0:  # the node's other workers will load the rest soon
+        free = min(free, float(share))
     return Measured(sim_s, model_s, steps, free, gpu_free_gib())
 
 

@@ -32,6 +32,10 @@ NOT_KNOBS = {
     "SLURM_JOB_ID": "Slurm's",
     "SLURMD_NODENAME": "Slurm's",
     "SLURM_JOB_END_TIME": "Slurm's",
+    "SLURM_CPUS_ON_NODE": "Slurm's (the node's sizing reads it)",
+    "SLURM_JOB_NUM_NODES": "Slurm's (UNIT_SEEDS=auto's expected nodes)",
+    "LOCAL_POOL_NODES": "a local pool's node count, set by harness.launch.pools: each sizes to its share",
+    "EVAL_WORKER_CORES": "a worker's share of the node's cores, set by the node script's sizing",
     "DEMO_NODES": "scripts/demo.sh's local node count (a demo argument, not an eval knob)",
 }
 

@@ -29,26 +29,32 @@ PIN = "sapien==3.0.2 setuptools<81"
 def test_plan_one_worker_per_gpu_slot_times_workers_per_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NODE_NAME", "nX")
     monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "1")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.setenv("WORKERS_PER_GPU", "2")
-    assert node.worker_plan() == [
-        ("nX-j42-w0", "0"),
-        ("nX-j42-w1", "0"),
-        ("nX-j42-w2", "1"),
-        ("nX-j42-w3", "1"),
+    monkeypatch.setenv("SIMS_PER_WORKER", "auto")
+    assert node.worker_plan(log=lambda _: None) == [
+        ("nX-j42-w0", "0", "auto", 1),
+        ("nX-j42-w1", "0", "auto", 1),
+        ("nX-j42-w2", "1", "auto", 1),
+        ("nX-j42-w3", "1", "auto", 1),
     ]
 
 
 def test_plan_cpu_workers_without_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NODE_NAME", "local1")
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("LOCAL_POOL_NODES", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     monkeypatch.setenv("CPU_WORKERS", "3")
+    monkeypatch.setenv("SIMS_PER_WORKER", "1")
     monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi
-    assert node.worker_plan() == [("local1-w0", ""), ("local1-w1", ""), ("local1-w2", "")]
+    said: list[str] = []
+    assert node.worker_plan(log=said.append) == [(f"local1-w{i}", "", "1", 1) for i in range(3)]
+    assert said and said[0].startswith("[node local1] sizing: 3 workers x 1 sim slot(s) each; CPU_WORKERS=3")
     monkeypatch.setenv("CPU_WORKERS", "0")
-    with pytest.raises(ValueError, match="CPU_WORKERS=0"):
-        node.worker_plan()
+    with pytest.raises(ValueError, match="CPU_WORKERS='0'"):
+        node.worker_plan(log=said.append)
 
 
 def test_code_refresh_propagates_edits_and_deletions(tmp_path: Path) -> None:

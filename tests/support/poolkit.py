@@ -41,6 +41,7 @@ def pool_env(run: RunDir, create: bool = True, **extra: str) -> dict[str, str]:
         BENCHMARK="tests.support.fastbench:FastBench", POLICY=SLEEP_POLICY, CKPT_NAME="", RECORD_VIDEO="0",
         USE_EVAL_SEEDS="0", EVAL_TEST_NUM="2", UNIT_SEEDS="0", LEASE_TTL="10", HEARTBEAT_S="0.5",
         LEASE_SKEW_S="1", STALL_TIMEOUT="20", CRASH_LIMIT="3", FASTBENCH_STEPS="2", FASTBENCH_STEP_MS="2",
+        CPU_WORKERS="1", SIMS_PER_WORKER="1",
     )  # fmt: skip
     env.update(extra)
     if create:
