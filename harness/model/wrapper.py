@@ -1,8 +1,8 @@
 """A policy wrapper on disk, before anything is loaded: where it is, its deploy_policy.yml settings
 with `--set` overrides, its batch settings, the action conventions it states, and its module.
 
-Run creation reads these without loading a model (`stated_conventions`); `policyload` loads the
-wrapper with them.
+Run creation reads these without loading a model (`stated_conventions`, `stated_checkpoint`);
+`policyload` loads the wrapper with them.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from harness.config import knobs
+from harness.config.checkpoint import needs_problem
 from harness.config.failures import Refused
 from harness.config.paths import CODE_ROOT
 
@@ -87,6 +88,19 @@ def stated_conventions(name: str, overrides: list[str] | None = None) -> list[st
     """The action conventions wrapper `name` states it emits (yml + overrides), without loading it."""
     yml, usr_args = settings(policy_dir(name), overrides)
     return action_conventions(usr_args.get("action_convention"), yml)
+
+
+def stated_checkpoint(name: str, overrides: list[str] | None = None) -> list[Any] | None:
+    """The checkpoint files wrapper `name` says it loads (`needs_checkpoint` in its yml), or None
+    when it needs no checkpoint."""
+    yml, usr_args = settings(policy_dir(name), overrides)
+    needs = usr_args.get("needs_checkpoint")
+    if needs is None:
+        return None
+    why = needs_problem(needs, str(yml))
+    if why is not None:
+        raise PolicyError(why)
+    return needs
 
 
 def action_conventions(value: Any, yml: Path) -> list[str]:
