@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from harness.config.checkpoint import checkpoint_problems
+from harness.config.checkpoint import checkpoint_problems, needs_problem
 from harness.config.create import create_run
 from harness.config.knobs import contract_knobs
 from harness.config.knobtypes import run_name_problem
@@ -40,9 +40,11 @@ def _policy_problems(knobs: Mapping[str, str], env: Mapping[str, str]) -> list[s
     policy, name = knobs["POLICY"], knobs["CKPT_NAME"]
     try:
         policy_dir(policy)
-        needs = stated_checkpoint(policy, knobs["POLICY_ARGS"].split())
+        yml, needs = stated_checkpoint(policy, knobs["POLICY_ARGS"].split())
     except PolicyError as exc:
         return [str(exc)]
+    if needs is not None and (why := needs_problem(needs, str(yml))) is not None:
+        return [why]
     path = resolve_checkpoint(name, env)
     if name and path is None:
         return [

@@ -18,7 +18,6 @@ from typing import Any
 import yaml
 
 from harness.config import knobs
-from harness.config.checkpoint import needs_problem
 from harness.config.failures import Refused
 from harness.config.paths import CODE_ROOT
 
@@ -90,17 +89,11 @@ def stated_conventions(name: str, overrides: list[str] | None = None) -> list[st
     return action_conventions(usr_args.get("action_convention"), yml)
 
 
-def stated_checkpoint(name: str, overrides: list[str] | None = None) -> list[Any] | None:
-    """The checkpoint files wrapper `name` says it loads (`needs_checkpoint` in its yml), or None
-    when it needs no checkpoint."""
+def stated_checkpoint(name: str, overrides: list[str] | None = None) -> tuple[Path, Any]:
+    """(the yml, what wrapper `name` says it loads from its checkpoint: its `needs_checkpoint`
+    setting, None when it needs none), unchecked: `harness.config.checkpoint` reads it."""
     yml, usr_args = settings(policy_dir(name), overrides)
-    needs = usr_args.get("needs_checkpoint")
-    if needs is None:
-        return None
-    why = needs_problem(needs, str(yml))
-    if why is not None:
-        raise PolicyError(why)
-    return needs
+    return yml, usr_args.get("needs_checkpoint")
 
 
 def action_conventions(value: Any, yml: Path) -> list[str]:
