@@ -7,31 +7,38 @@ Knobs come from the environment (see `python -m harness.config.knobs --markdown`
   new_run.py RUN --fill-in --seeds-root seeds/bank2      add a disjoint seed bank
   new_run.py RUN --verify                                check this environment, print the hash
 
-RUN is a name under $RUNS_ROOT or a path containing `/`. Exit status 2: refused (the message names
-each differing knob or input with both values).
+RUN is a name under $RUNS_ROOT (one path component: letters, digits, '.', '_', '-') or an absolute
+path. Creating a run checks every input first and writes nothing when one is refused. Exit status:
+0 done, 2 refused (one line per problem, naming the knob or input and the form it takes, or each
+differing knob with both values), 1 failed (a disk or peer error, naming it).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from harness.config.contract import verify_environment
 from harness.config.failures import run_command
 from harness.config.fillin import record_fillin
 from harness.config.manifest import ContractMismatch, Manifest, ManifestError, contract_hash
 from harness.config.paths import run_dir
-from harness.config.rundir import QueueFileError
+from harness.config.plan import run_units
+from harness.config.rundir import QueueFileError, RunDir
 from harness.config.seedbank import SeedBankError
+from harness.config.validate import run_arg_problem
 from harness.launch.newrun import new_run
 
 
 def _summary(run_dir: str, manifest: Manifest) -> str:
     knobs = manifest.knobs
     banks = "".join(f", +{b['eval_test_num']} from {b['seeds_root']}" for b in manifest.fillin_banks)
+    cells, units = manifest.contract["queue"]["cells"], len(run_units(RunDir(Path(run_dir))))
     return (
         f"run {run_dir}: contract {contract_hash(manifest)}\n"
-        f"  {manifest.contract['queue']['units']} units, EVAL_TEST_NUM={manifest.eval_test_num} "
+        f"  {cells} cells in {units} queue units (UNIT_SEEDS={knobs['UNIT_SEEDS']}), "
+        f"EVAL_TEST_NUM={manifest.eval_test_num} "
         f"from {knobs['SEEDS_ROOT']}{banks}; policy {knobs['POLICY']} ckpt {knobs['CKPT_NAME'] or '-'}; "
         f"{knobs['BENCHMARK']}/{knobs['BENCH_CONFIG']}\n"
         f"  {manifest.info.get('unit_split') or 'UNIT_SEEDS=' + knobs['UNIT_SEEDS']}"
@@ -50,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-num", type=int, help="fill-in: the new EVAL_TEST_NUM")
     parser.add_argument("--seeds-root", help="fill-in: a seed bank disjoint from the run's banks")
     args = parser.parse_args(argv)
+    if (why := run_arg_problem(args.run)) is not None:
+        print(f"new_run: {why}", file=sys.stderr)
+        return 2
     run = run_dir(args.run)
     try:
         if args.verify:

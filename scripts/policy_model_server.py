@@ -60,7 +60,8 @@ def listener(policy: LoadedPolicy, ready_file: str) -> ModelServer | OpenpiServe
     if knobs.get_choice("MODEL_SERVER_PROTOCOL", ("native", "openpi")) == "native":
         return ModelServer(policy, ready_file)
     path = knobs.get("MODEL_SERVER_MAP")
-    return OpenpiServer(policy, ready_file, policy_map=load_policy_map(path) if path else None)
+    policy_map = load_policy_map(path, "MODEL_SERVER_MAP") if path else None
+    return OpenpiServer(policy, ready_file, policy_map=policy_map)
 
 
 def serve(args: argparse.Namespace, policy: LoadedPolicy) -> None:

@@ -25,7 +25,7 @@ from harness.config.manifest import ContractMismatch, ManifestError, bank_entry,
 from harness.config.paths import CODE_ROOT, bundle_root, resolve_checkpoint
 from harness.config.policyserver import policy_server_section
 from harness.config.rundir import Cell, RunDir, read_queue
-from harness.config.seedbank import SeedBankError, bank_sha256, read_bank, resolve_root
+from harness.config.seedbank import SeedBankError, bank_sha256, read_bank, resolve_root, uses_bank
 
 # What decides an episode: the sim side, the wire, the model side, the policies and the two process
 # entry points. The machinery around them (config, queue, worker, node, results, launch) can be
@@ -42,7 +42,7 @@ def _queue_sha256(cells: list[Cell]) -> str:
 
 
 def _seeds_section(knobs: Mapping[str, str], cells: list[Cell], bundle: str) -> dict[str, Any] | None:
-    if knobs["USE_EVAL_SEEDS"].strip().lower() in ("0", "false", "no", "off", ""):
+    if not uses_bank(knobs["USE_EVAL_SEEDS"]):
         return None
     bank = read_bank(resolve_root(knobs["SEEDS_ROOT"], bundle), cells, knobs["BENCH_CONFIG"])
     return {
@@ -59,7 +59,7 @@ def build_contract(cells: list[Cell], env: Mapping[str, str]) -> dict[str, Any]:
     contract: dict[str, Any] = {
         "knobs": knobs,
         "checkpoint": None if ckpt is None else {"method": METHOD, **fingerprint([ckpt]).as_dict()},
-        "queue": {"units": len(cells), "sha256": _queue_sha256(cells)},
+        "queue": {"cells": len(cells), "sha256": _queue_sha256(cells)},
         "seeds": _seeds_section(knobs, cells, bundle),
         "code": {"paths": list(CODE_PATHS), "sha256": code_sha256()},
     }

@@ -15,9 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from harness.config.failures import run_command
+from harness.config.knobtypes import FLAG, MAPPING, NAME, TEXT, Accepts, choice, integer, number, seconds
 from harness.wire.frames import DEFAULT_MAX_FRAME
+from harness.wire.shm import SHM_MODES
 
 QUEUE_MODES = ("lease",)  # the reference's QUEUE_MODE knob: the lease queue is the only mode
+WIRE_CODECS = ("msgpack", "json")  # harness.wire.codecs.CODECS, without importing numpy here
 
 
 @dataclass(frozen=True)
@@ -29,30 +32,45 @@ class Knob:
     # an integer >= 0: the contract freezes the integer ("08" is 8), and a value that is none is
     # refused when the run is created, naming the knob
     count: bool = False
+    accepts: Accepts = TEXT  # its type and range: checked at run creation and worker start
+
+    def problem(self, value: str) -> str | None:
+        """None when `value` is accepted, else `knob NAME=value: expected <form>`."""
+        if value == "" and self.default == "":  # unset, said the shell way
+            return None
+        why = self.accepts.problem(value)
+        return None if why is None else f"knob {self.name}={value!r}: {why}"
 
 
+# fmt: off
 KNOBS: dict[str, Knob] = {
     k.name: k
     for k in [
         # what is evaluated
-        Knob("STUDY_RUN", "", "run dir name under $RUNS_ROOT (shared lease queue + results)", False),
+        Knob("STUDY_RUN", "", "run dir name under $RUNS_ROOT (shared lease queue + results)", False,
+             accepts=NAME),
         Knob("POLICY", "hold", "policy wrapper under policy/<name>/"),
         Knob("CKPT_NAME", "", "checkpoint: a path, or a dir name under $BUNDLE/checkpoints"),
         Knob("POLICY_ARGS", "", "extra `key=value` overrides of deploy_policy.yml, space separated"),
         Knob("BENCHMARK", "maniskill", "benchmark: `maniskill`, `vla-eval:module:Class` or `module:Class`"),
         Knob("BENCH_CONFIG", "clean", "task config level: clean, clutter3, ..."),
-        Knob("BENCH_PARAMS", "", "vla-eval benchmark constructor parameters: a YAML/JSON mapping"),
+        Knob("BENCH_PARAMS", "", "vla-eval benchmark constructor parameters", accepts=MAPPING),
         Knob("SEEDS_ROOT", "seeds/maniskill", "seed bank root (relative to $BUNDLE unless absolute)"),
-        Knob("USE_EVAL_SEEDS", "1", "1: read <SEEDS_ROOT>/<task>/<task_config>.txt; 0: seeds 0..N-1"),
-        Knob("EVAL_TEST_NUM", "10", "seeds per (scene, task) cell: the first N of the bank", False),
+        Knob("USE_EVAL_SEEDS", "1", "1: read <SEEDS_ROOT>/<task>/<task_config>.txt; 0: seeds 0..N-1",
+             accepts=FLAG),
+        Knob("EVAL_TEST_NUM", "10", "seeds per (scene, task) cell: the first N of the bank", False,
+             accepts=integer(1)),
         # observation and action handling
         Knob("PRIMARY_CAM", "base_camera", "camera sent first to the policy"),
         Knob("VIDEO_CAM", "base_camera", "camera recorded into the episode video"),
-        Knob("IMAGE_SIZE", "224", "camera image height and width in pixels"),
-        Knob("EXEC_ACTIONS", "0", "actions executed per chunk: 0 = whole chunk, k = k then re-query"),
-        Knob("ACTION_SMOOTH", "0", "cross-chunk EMA weight alpha (reference models used 0.7)"),
-        Knob("SMOOTH_ROT", "1", "1: smooth xyz + rot6d; 0: xyz only (the gripper never)"),
-        Knob("FAKE_PROPRIO", "0", "1: proprio = last commanded action instead of the robot state"),
+        Knob("IMAGE_SIZE", "224", "camera image height and width in pixels", accepts=integer(1)),
+        Knob("EXEC_ACTIONS", "0", "actions executed per chunk: 0 = whole chunk, k = k then re-query",
+             accepts=integer(0)),
+        Knob("ACTION_SMOOTH", "0", "cross-chunk EMA weight alpha (reference models used 0.7)",
+             accepts=number(0, 1)),
+        Knob("SMOOTH_ROT", "1", "1: smooth xyz + rot6d; 0: xyz only (the gripper never)", accepts=FLAG),
+        Knob("FAKE_PROPRIO", "0", "1: proprio = last commanded action instead of the robot state",
+             accepts=FLAG),
         Knob(
             "ACTION_CONVENTION",
             "",
@@ -61,58 +79,59 @@ KNOBS: dict[str, Knob] = {
         ),
         # rendering
         Knob("RENDER_SHADER", "default", "SAPIEN shader pack (default, rt, rt-fast, minimal)"),
-        Knob("RT_SPP", "1", "ray-tracing samples per pixel (only for rt shaders)"),
-        Knob("DENOISER", "none", "ray-tracing denoiser: none, oidn, optix"),
-        Knob("RECORD_VIDEO", "1", "1: write videos/seed<N>.mp4 per episode"),
+        Knob("RT_SPP", "1", "ray-tracing samples per pixel (only for rt shaders)", accepts=integer(1)),
+        Knob("DENOISER", "none", "ray-tracing denoiser", accepts=choice("none", "oidn", "optix")),
+        Knob("RECORD_VIDEO", "1", "1: write videos/seed<N>.mp4 per episode", accepts=FLAG),
         # in the contract: a kept env rebuilds its scene under the episode seed, a fresh one under
         # ManiSkill's fixed build seed; the same episode only while no task randomises at build
-        Knob(
-            "SIM_ENV_CACHE",
-            "2",
-            "built envs a sim process keeps for later seeds: 0 (off) to 64",
-            count=True,
-        ),
-        Knob(
-            "SIM_PIN",
-            "",
-            "simulator pin `pkg==ver [companion ...]` from $WHEELHOUSE, e.g. `sapien==3.0.2 setuptools<81`",
-        ),
+        Knob("SIM_ENV_CACHE", "2", "built envs a sim process keeps for later seeds: 0 (off) to 64",
+             count=True, accepts=integer(0, 64)),
+        Knob("SIM_PIN", "",
+             "simulator pin `pkg==ver [companion ...]` from $WHEELHOUSE, e.g. `sapien==3.0.2 setuptools<81`"),
         # queue and worker
-        Knob("QUEUE_MODE", "lease", "lease (the only mode): work-stealing lease queue", False),
+        Knob("QUEUE_MODE", "lease", "the work-stealing lease queue (the only mode)", False,
+             accepts=choice(*QUEUE_MODES)),
         # UNIT_SEEDS changes no result, but every worker of a run must cut the same unit keys
-        Knob(
-            "UNIT_SEEDS",
-            "auto",
-            "seeds per unit: auto = sized when the run is created (frozen), 0 = whole cell, k = slices of k",
-        ),
-        Knob("EVAL_RESUME_SEEDS", "1", "1: run only seeds not yet recorded", False),
-        Knob("LEASE_TTL", "60", "seconds without heartbeat before a lease is reclaimed", False),
-        Knob("HEARTBEAT_S", "5", "seconds between lease heartbeats", False),
-        Knob("LEASE_SKEW_S", "5", "tolerance added to LEASE_TTL for clock skew between nodes", False),
-        Knob("CRASH_LIMIT", "3", "errored attempts of a unit before it is quarantined", False),
-        Knob(
-            "WORKER_FAULT_LIMIT",
-            "3",
-            "attempts in a row failing for a model server or node cause before the worker stops (exit 1)",
-            False,
-        ),
-        Knob("STALL_TIMEOUT", "300", "seconds a sim client may make no progress before it is killed", False),
-        Knob("PER_TASK_TIMEOUT", "7200", "seconds one unit may take before it is killed", False),
-        Knob("MODEL_START_TIMEOUT", "900", "seconds a worker waits for its model server to be ready", False),
-        Knob("WORKERS_PER_GPU", "1", "workers per GPU slot", False),
-        Knob("CPU_WORKERS", "auto", "workers on a node without GPUs (auto: fill the allocation)", False),
-        Knob("SIMS_PER_WORKER", "auto", "sim slots per worker (one model server): 1..64 or auto", False),
+        Knob("UNIT_SEEDS", "auto",
+             "seeds per unit: auto = sized when the run is created (frozen), 0 = whole cell, k = slices of k",
+             accepts=integer(0, words=("auto",))),
+        Knob("EVAL_RESUME_SEEDS", "1", "1: run only seeds not yet recorded", False, accepts=FLAG),
+        Knob("LEASE_TTL", "60", "seconds without heartbeat before a lease is reclaimed", False,
+             accepts=seconds()),
+        Knob("HEARTBEAT_S", "5", "seconds between lease heartbeats", False, accepts=seconds()),
+        Knob("LEASE_SKEW_S", "5", "tolerance added to LEASE_TTL for clock skew between nodes", False,
+             accepts=number(0)),
+        Knob("CRASH_LIMIT", "3", "errored attempts of a unit before it is quarantined", False,
+             accepts=integer(1)),
+        Knob("WORKER_FAULT_LIMIT", "3",
+             "attempts in a row failing for a model server or node cause before the worker stops (exit 1)",
+             False, accepts=integer(1)),
+        Knob("STALL_TIMEOUT", "300", "seconds a sim client may make no progress before it is killed", False,
+             accepts=seconds()),
+        Knob("PER_TASK_TIMEOUT", "7200", "seconds one unit may take before it is killed", False,
+             accepts=seconds()),
+        Knob("MODEL_START_TIMEOUT", "900", "seconds a worker waits for its model server to be ready", False,
+             accepts=seconds()),
+        Knob("WORKERS_PER_GPU", "1", "workers per GPU slot", False, accepts=integer(1)),
+        Knob("CPU_WORKERS", "auto", "workers on a node without GPUs (auto: fill the allocation)", False,
+             accepts=integer(1, words=("auto",))),
+        Knob("SIMS_PER_WORKER", "auto", "sim slots per worker sharing its model server: 1..64 or auto", False,
+             accepts=integer(1, 64, words=("auto",))),
         # wire
-        Knob("WIRE_CODEC", "msgpack", "msgpack (fast) or json (reference-compatible)", False),
-        Knob("WIRE_MAX_FRAME", str(DEFAULT_MAX_FRAME), "largest accepted frame in bytes", False),
+        Knob("WIRE_CODEC", "msgpack", "msgpack (fast) or json (reference-compatible)", False,
+             accepts=choice(*WIRE_CODECS)),
+        Knob("WIRE_MAX_FRAME", str(DEFAULT_MAX_FRAME), "largest accepted frame in bytes", False,
+             accepts=integer(1)),
         Knob("MODEL_SERVER_BIND", "127.0.0.1", "model server listen address", False),
         Knob("MODEL_SERVER_HOST", "", "model server address for clients (cross-node)", False),
-        Knob("MODEL_SERVER_MAX_CONNS", "256", "connections a model server holds; more are closed", False),
+        Knob("MODEL_SERVER_MAX_CONNS", "256", "connections a model server holds; more are closed", False,
+             accepts=integer(1)),
         Knob(
             "MODEL_SERVER_HELLO_TIMEOUT",
             "30",
             "seconds a new model server connection has for a successful hello before it is closed",
             False,
+            accepts=seconds(),
         ),
         # in the contract: a batched float model's answers move in the last bits with what each
         # request is batched with (padding, kernel choice), so 1 (unbatched) and 8 are two evals
@@ -121,60 +140,52 @@ KNOBS: dict[str, Knob] = {
             "0",
             "cap on requests per model call (0: the wrapper's `max_batch`; 1: unbatched)",
             count=True,
+            accepts=integer(0),
         ),
-        Knob(
-            "MODEL_BATCH_WAIT_MS",
-            "5",
-            "longest a batch waits for sessions expected to join it (0 to 1000 ms)",
-            False,
-        ),
-        Knob("SIM_AS_SERVER", "0", "1: the sim side listens and the model side connects", False),
+        Knob("MODEL_BATCH_WAIT_MS", "5",
+             "longest a batch waits for sessions expected to join it, in ms", False, accepts=number(0, 1000)),
+        Knob("SIM_AS_SERVER", "0", "1: the sim side listens and the model side connects", False,
+             accepts=FLAG),
         # other ecosystems' policy servers (docs/policy-servers.md)
-        Knob("MODEL_SERVER_PROTOCOL", "native", "our server speaks native or openpi (WebSocket)", False),
+        Knob("MODEL_SERVER_PROTOCOL", "native", "what our server speaks (openpi: WebSocket)", False,
+             accepts=choice("native", "openpi")),
         Knob("MODEL_SERVER_MAP", "", "openpi mode: YAML of openpi keys (empty: ours)", False),
         Knob("POLICY_SERVER", "", "external openpi/vla-eval server host:port", False),
         Knob("POLICY_SERVER_MAP", "", "mapping YAML of the external server (protocol, keys, sizes)", False),
-        Knob("POLICY_SERVER_RETRIES", "3", "connection attempts to the external server, each time", False),
-        Knob("POLICY_SERVER_TIMEOUT", "300", "seconds to wait for one reply of the external server", False),
+        Knob("POLICY_SERVER_RETRIES", "3", "connection attempts to the external server, each time", False,
+             accepts=integer(1)),
+        Knob("POLICY_SERVER_TIMEOUT", "300", "seconds to wait for one reply of the external server", False,
+             accepts=seconds()),
         # node
         Knob("NODE_CACHE", "/tmp/eval_node_cache", "node-local cache for staged envs/checkpoints", False),
         Knob("CACHE_KEEP", "", "checkpoints to keep in the node cache, space separated", False),
-        Knob("CACHE_MAX_GB", "40", "node cache size bound in GB", False),
+        Knob("CACHE_MAX_GB", "40", "node cache size bound in GB", False, accepts=number(0)),
         # results
-        Knob("RESULTS_VIDEOS", "link", "organize_results video tree: link (relative), copy, none", False),
-        Knob(
-            "STAGE_ENVS",
-            "sim model",
-            "venvs copied into NODE_CACHE (`none`: in place; the local pool defaults to none)",
-            False,
-        ),
+        Knob("RESULTS_VIDEOS", "link", "organize_results video tree: relative links, copies or none", False,
+             accepts=choice("link", "copy", "none")),
+        Knob("STAGE_ENVS", "sim model",
+             "venvs copied into NODE_CACHE (`none`: in place; the local pool defaults to none)", False),
         Knob("STAGE_BACKBONES", "", "HF hub dirs under $HF_HOME/hub staged with the checkpoint", False),
-        Knob(
-            "WHEELHOUSE", "envs/wheelhouse", "SIM_PIN wheels (relative to $EVAL_ROOT unless absolute)", False
-        ),
+        Knob("WHEELHOUSE", "envs/wheelhouse",
+             "SIM_PIN wheels (relative to $EVAL_ROOT unless absolute)", False),
         Knob("NODE_NAME", "", "node name in worker ids and logs (empty: Slurm node name or hostname)", False),
         # orchestrators
-        Knob("LAUNCHER", "local", "how orchestrators start pools: local (node scripts here) or srun", False),
-        Knob("POOL_NODES", "2", "nodes in an orchestrator's pool (sweep, fill-in, multi-model pool)", False),
+        Knob("LAUNCHER", "local", "how orchestrators start pools: local (node scripts here) or srun", False,
+             accepts=choice("local", "srun")),
+        Knob("POOL_NODES", "2", "nodes in an orchestrator's pool (sweep, fill-in, multi-model pool)", False,
+             accepts=integer(1)),
         Knob("SRUN_ARGS", "", "extra srun arguments, e.g. `--partition=gpu --gres=gpu:1`", False),
         # wire: same-host shared memory (harness.wire.shm)
-        Knob(
-            "WIRE_SHM",
-            "auto",
-            "arrays through shared memory: auto (when the model server is on this host), 0 (never), "
-            "1 (always; an error if refused)",
-            False,
-        ),
+        Knob("WIRE_SHM", "auto",
+             "arrays through shared memory: auto (when the model server is on this host), 0 (never), "
+             "1 (always; an error if refused)", False, accepts=choice(*SHM_MODES)),
         # model server memory (harness.model.inflight)
-        Knob(
-            "MODEL_SERVER_INFLIGHT_BYTES",
-            str(DEFAULT_MAX_FRAME),
-            "request bytes a model server's connections hold at once (frames over 256 KiB, shared-memory "
-            "arrays); more wait, then get a `server busy` error",
-            False,
-        ),
+        Knob("MODEL_SERVER_INFLIGHT_BYTES", str(DEFAULT_MAX_FRAME),
+             "request bytes a model server's connections hold at once (frames over 256 KiB, shared-memory "
+             "arrays); more wait, then get a `server busy` error", False, accepts=integer(1)),
     ]
 }
+# fmt: on
 
 
 def get(name: str, env: Mapping[str, str] | None = None) -> str:
@@ -234,10 +245,11 @@ def shell_exports() -> str:
 
 
 def markdown_table() -> str:
-    rows = ["| knob | default | contract | meaning |", "| --- | --- | --- | --- |"]
+    rows = ["| knob | default | contract | accepts | meaning |", "| --- | --- | --- | --- | --- |"]
     for k in KNOBS.values():
         default = f"`{k.default}`" if k.default else "(empty)"
-        rows.append(f"| `{k.name}` | {default} | {'yes' if k.contract else ''} | {k.doc} |")
+        accepts = k.accepts.describe()
+        rows.append(f"| `{k.name}` | {default} | {'yes' if k.contract else ''} | {accepts} | {k.doc} |")
     return "\n".join(rows)
 
 

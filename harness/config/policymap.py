@@ -122,13 +122,13 @@ def parse_policy_map(data: Any, source: str, sha256: str = "") -> PolicyMap:
     )  # fmt: skip
 
 
-def load_policy_map(path: str | Path) -> PolicyMap:
-    """Read and check the mapping file at `path`."""
+def load_policy_map(path: str | Path, knob: str = "POLICY_SERVER_MAP") -> PolicyMap:
+    """Read and check the mapping file at `path`, which the knob `knob` named (for messages)."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as exc:
-        raise PolicyMapError(f"POLICY_SERVER_MAP={path}: cannot read it: {exc.strerror or exc}") from None
+        raise PolicyMapError(f"{knob}={path}: cannot read it: {exc.strerror or exc}") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -23,6 +23,11 @@ def resolve_root(seeds_root: str, bundle: str) -> Path:
     return root if root.is_absolute() else Path(bundle) / root
 
 
+def uses_bank(use_eval_seeds: str) -> bool:
+    """USE_EVAL_SEEDS read as a flag: seeds from the bank, or 0..N-1."""
+    return use_eval_seeds.strip().lower() not in ("0", "false", "no", "off", "")
+
+
 def bank_file(root: Path, cell: Cell, bench_config: str) -> Path:
     return root / cell.task / f"{task_config_name(cell.scene, bench_config)}.txt"
 
@@ -38,12 +43,27 @@ def read_bank_file(path: Path) -> list[int]:
         raise SeedBankError(f"seed bank file {path}: not space-separated integers ({exc})") from None
     if len(set(seeds)) != len(seeds):
         raise SeedBankError(f"seed bank file {path}: repeats a seed")
+    negative = [s for s in seeds if s < 0]
+    if negative:
+        raise SeedBankError(f"seed bank file {path}: seed {negative[0]}: expected integers >= 0")
     return seeds
 
 
 def read_bank(root: Path, cells: Iterable[Cell], bench_config: str) -> dict[Cell, list[int]]:
     """Every unit's seeds in bank order."""
     return {cell: read_bank_file(bank_file(root, cell, bench_config)) for cell in cells}
+
+
+def seeds_outside(
+    root: Path, bank: Mapping[Cell, list[int]], bench_config: str, space: range, benchmark: str
+) -> list[str]:
+    """One line per bank file holding a seed outside `space`, the seeds `benchmark` accepts."""
+    return [
+        f"seed bank file {bank_file(root, cell, bench_config)}: seed {bad[0]} is outside what "
+        f"BENCHMARK={benchmark} accepts ({space.start}..{space.stop - 1})"
+        for cell, seeds in bank.items()
+        if (bad := [s for s in seeds if s not in space])
+    ]
 
 
 def bank_sha256(bank: Mapping[Cell, list[int]], bench_config: str) -> str:

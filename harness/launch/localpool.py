@@ -4,7 +4,8 @@ Each node is `slurm/eval_node.sh` with its own NODE_NAME, exactly as `srun` woul
 nodes, so workers steal from the run's lease queue as they would across a cluster. Progress is the
 queue's state every PROGRESS_S seconds; Ctrl-C or SIGTERM stops every node cleanly (workers release
 their leases). With --results MODEL the run's records are organized at the end and the results
-table is printed.
+table is printed. Exit status: 0 when the nodes finished, 2 when the input was refused (before any
+node starts, or by a worker), 1 for any other failure (the first worker failure is named).
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ import time
 from pathlib import Path
 
 from harness.config import knobs
-from harness.config.failures import run_command
+from harness.config.failures import FAILED, REFUSED, run_command
 from harness.config.paths import CODE_ROOT, run_dir
 from harness.config.rundir import RunDir
 from harness.launch import pools
-from harness.launch.preflight import check_run, first_refusal
+from harness.launch.preflight import check_run, first_failure, first_refusal
 from harness.results.organize import default_out
 from harness.results.status import collect
 
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     refused = check_run(run)
     if refused:
         print(f"[pool] refusing to start on {run.root}: {refused}", file=sys.stderr)
-        return 2
+        return REFUSED
     pools.stop_on_signals()
     try:
         started = pools.start(pools.Pool(run, args.nodes, dict(os.environ), "local"), "local", eval_root)
@@ -81,8 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     if code != 0 and (refusal := first_refusal(run.logs)):
         print(f"[pool] a worker refused: {refusal}", flush=True)
         print(f"run_local: refused: {refusal.splitlines()[0]}", file=sys.stderr)
-        return 2
-    if code == 0 and args.results:
+        return REFUSED
+    if code != 0:
+        failure = first_failure(run.logs)
+        if failure:
+            print(f"[pool] a worker failed: {failure}", flush=True)
+        why = failure.splitlines()[0] if failure else f"nodes finished with status {code}"
+        print(f"run_local: failed: {why}", file=sys.stderr)
+        return FAILED
+    if args.results:
         scripts = eval_root / "scripts"
         code = subprocess.call(
             [sys.executable, str(scripts / "organize_results.py"), str(run.root), args.results]

@@ -1,7 +1,13 @@
-"""Creating a run from the launch side: refuse up front what no worker could run, then create it.
+"""Creating a run from the launch side: one validation pass over everything a run is made of, then
+the run.
 
-Apart from `harness.config.create` because the check loads the benchmark adapter and locates the
-policy wrapper, which the config stage must not import.
+Apart from `harness.config.create` because the check loads the benchmark adapter and reads the
+policy wrapper's settings, which the config stage must not import. The pass refuses, before
+anything is written, what no worker could run: every knob set against its declared type and range,
+the run dir's name, the policy (and the checkpoint it declares it needs, complete and readable), the
+benchmark with BENCH_PARAMS against its constructor, each unit's task and config, the action
+conventions, and the seed bank against the benchmark's seed space. Independent problems are all
+reported, one line each (ManifestError, exit 2 from every command).
 """
 
 from __future__ import annotations
@@ -10,41 +16,120 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from harness.config.checkpoint import checkpoint_problems, needs_problem
 from harness.config.create import create_run
-from harness.config.knobs import QUEUE_MODES, contract_knobs, get_choice
+from harness.config.knobs import contract_knobs
+from harness.config.knobtypes import run_name_problem
 from harness.config.manifest import Manifest, ManifestError
 from harness.config.paths import bundle_root, resolve_checkpoint
-from harness.config.rundir import read_queue
-from harness.episode.bench import load_benchmark
-from harness.model.wrapper import PolicyError, policy_dir, stated_conventions
+from harness.config.policymap import PolicyMapError, load_policy_map
+from harness.config.rundir import Cell, read_queue
+from harness.config.seedbank import SeedBankError, read_bank, resolve_root, seeds_outside, uses_bank
+from harness.config.validate import knob_problems, problem_list
+from harness.episode.bench import Benchmark, load_benchmark
+from harness.launch.benchparams import params_problems
+from harness.model.wrapper import PolicyError, policy_dir, stated_checkpoint, stated_conventions
 from harness.wire.errors import WireError
 from harness.wire.protocol import check_specs
 
+MAP_KNOBS = ("POLICY_SERVER_MAP", "MODEL_SERVER_MAP")
 
-def check_runnable(queue_file: Path | str, env: Mapping[str, str] = os.environ) -> None:
-    """Refuse a policy, task, config or action convention that no worker could ever run (ManifestError
-    names it)."""
-    knobs = contract_knobs(env)
+
+def _policy_problems(knobs: Mapping[str, str], env: Mapping[str, str]) -> list[str]:
+    """The policy wrapper exists, and CKPT_NAME is what it declares it loads."""
+    policy, name = knobs["POLICY"], knobs["CKPT_NAME"]
     try:
-        get_choice("QUEUE_MODE", QUEUE_MODES, env)
-        policy_dir(knobs["POLICY"])
-        if knobs["CKPT_NAME"] and resolve_checkpoint(knobs["CKPT_NAME"], env) is None:
-            raise ValueError(
-                f"CKPT_NAME={knobs['CKPT_NAME']!r}: neither a path nor a directory under "
-                f"{bundle_root(env) / 'checkpoints'} (models load from local directories only)"
-            )
+        policy_dir(policy)
+        yml, needs = stated_checkpoint(policy, knobs["POLICY_ARGS"].split())
+    except PolicyError as exc:
+        return [str(exc)]
+    if needs is not None and (why := needs_problem(needs, str(yml))) is not None:
+        return [why]
+    path = resolve_checkpoint(name, env)
+    if name and path is None:
+        return [
+            f"CKPT_NAME={name!r}: neither a path nor a directory under "
+            f"{bundle_root(env) / 'checkpoints'} (models load from local directories only)"
+        ]
+    if needs is None:
+        return []
+    if path is None:
+        return [f"POLICY={policy} needs a checkpoint: set CKPT_NAME to its directory (a path, or a name "
+                f"under {bundle_root(env) / 'checkpoints'})"]  # fmt: skip
+    return checkpoint_problems(f"CKPT_NAME={name!r} (POLICY={policy})", path, needs)
+
+
+def _bench_problems(cells: list[Cell], knobs: Mapping[str, str], env: Mapping[str, str]) -> list[str]:
+    """The benchmark loads with its BENCH_PARAMS, runs every unit, takes the policy's actions and the
+    bank's seeds."""
+    problems = params_problems(knobs["BENCHMARK"], knobs["BENCH_PARAMS"])
+    if problems:
+        return problems
+    try:
         bench = load_benchmark(knobs["BENCHMARK"])
-        for cell in read_queue(Path(queue_file)):
+        for cell in cells:
             bench.check(cell.task, knobs["BENCH_CONFIG"])
-        applies = getattr(bench, "action_convention", None)  # the hello checks it again, per connection
-        if applies is not None:
-            emits = stated_conventions(knobs["POLICY"], knobs["POLICY_ARGS"].split())
-            check_specs({"action": emits}, {"action": applies})
-    except (PolicyError, ValueError, WireError) as exc:
-        raise ManifestError(str(exc)) from None
+    except ValueError as exc:
+        return [str(exc)]
+    return _convention_problems(bench, knobs) + _seed_problems(bench, cells, knobs, env)
+
+
+def _convention_problems(bench: Benchmark, knobs: Mapping[str, str]) -> list[str]:
+    applies = getattr(bench, "action_convention", None)  # the hello checks it again, per connection
+    if applies is None:
+        return []
+    try:
+        emits = stated_conventions(knobs["POLICY"], knobs["POLICY_ARGS"].split())
+        check_specs({"action": emits}, {"action": applies})
+    except (PolicyError, WireError) as exc:
+        return [str(exc)]
+    return []
+
+
+def _seed_problems(
+    bench: Benchmark, cells: list[Cell], knobs: Mapping[str, str], env: Mapping[str, str]
+) -> list[str]:
+    if not uses_bank(knobs["USE_EVAL_SEEDS"]):
+        return []
+    root = resolve_root(knobs["SEEDS_ROOT"], str(bundle_root(env)))
+    try:
+        bank = read_bank(root, cells, knobs["BENCH_CONFIG"])
+    except SeedBankError as exc:
+        return [str(exc)]
+    space = getattr(bench, "seed_space", None)
+    if space is None:
+        return []
+    return seeds_outside(root, bank, knobs["BENCH_CONFIG"], space, knobs["BENCHMARK"])
+
+
+def _map_problems(env: Mapping[str, str]) -> list[str]:
+    problems = []
+    for knob in MAP_KNOBS:
+        if env.get(knob):
+            try:
+                load_policy_map(env[knob], knob)
+            except PolicyMapError as exc:
+                problems.append(str(exc))
+    return problems
+
+
+def check_runnable(
+    queue_file: Path | str, env: Mapping[str, str] = os.environ, run: Path | None = None
+) -> None:
+    """Refuse, naming each problem, a run that no worker could ever run (ManifestError); `run` is
+    the run dir to be created, whose name is checked too."""
+    problems = knob_problems(env)
+    if run is not None and (why := run_name_problem(Path(run).name)) is not None:
+        problems.append(f"run dir {run}: {why}")
+    if not problems:  # the rest reads the knobs' values
+        knobs = contract_knobs(env)
+        cells = read_queue(Path(queue_file))
+        problems += _policy_problems(knobs, env) + _bench_problems(cells, knobs, env) + _map_problems(env)
+    if problems:
+        raise ManifestError(problem_list(f"refusing to create run {run or ''}".rstrip() + ":", problems))
 
 
 def new_run(run_dir: Path | str, queue_file: Path | str, env: Mapping[str, str] = os.environ) -> Manifest:
     """`create_run` after `check_runnable`: the one way the launchers create a run."""
-    check_runnable(queue_file, env)
+    check_runnable(queue_file, env, Path(run_dir))
     return create_run(run_dir, queue_file, env)

@@ -1,8 +1,8 @@
 """A policy wrapper on disk, before anything is loaded: where it is, its deploy_policy.yml settings
 with `--set` overrides, its batch settings, the action conventions it states, and its module.
 
-Run creation reads these without loading a model (`stated_conventions`); `policyload` loads the
-wrapper with them.
+Run creation reads these without loading a model (`stated_conventions`, `stated_checkpoint`);
+`policyload` loads the wrapper with them.
 """
 
 from __future__ import annotations
@@ -87,6 +87,13 @@ def stated_conventions(name: str, overrides: list[str] | None = None) -> list[st
     """The action conventions wrapper `name` states it emits (yml + overrides), without loading it."""
     yml, usr_args = settings(policy_dir(name), overrides)
     return action_conventions(usr_args.get("action_convention"), yml)
+
+
+def stated_checkpoint(name: str, overrides: list[str] | None = None) -> tuple[Path, Any]:
+    """(the yml, what wrapper `name` says it loads from its checkpoint: its `needs_checkpoint`
+    setting, None when it needs none), unchecked: `harness.config.checkpoint` reads it."""
+    yml, usr_args = settings(policy_dir(name), overrides)
+    return yml, usr_args.get("needs_checkpoint")
 
 
 def action_conventions(value: Any, yml: Path) -> list[str]:

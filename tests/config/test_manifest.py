@@ -72,7 +72,7 @@ def test_create_freezes_the_eval_and_copies_the_queue(run: Path, queue: Path, en
     assert loaded.eval_test_num == 2
     assert loaded.knobs["SEEDS_ROOT"] == "bank1" and "EVAL_TEST_NUM" not in loaded.knobs
     assert set(loaded.knobs) >= {"POLICY", "CKPT_NAME", "ACTION_SMOOTH", "EXEC_ACTIONS", "SIM_PIN"}
-    assert loaded.contract["queue"]["units"] == 3
+    assert loaded.contract["queue"]["cells"] == 3
     assert loaded.contract["seeds"]["min_per_unit"] == 5
     on_disk = yaml.safe_load(rd.manifest.read_text())
     assert on_disk["contract_hash"] == mf.contract_hash(made)
@@ -98,7 +98,7 @@ def test_recreate_with_another_queue_is_refused(run: Path, queue: Path, env: dic
     create.create_run(run, queue, env)
     other = tmp_path / "other.txt"
     other.write_text("kitchen pick_cube\n")
-    with pytest.raises(mf.ContractMismatch, match=r"queue\.units: run.yaml has 3, this launch has 1"):
+    with pytest.raises(mf.ContractMismatch, match=r"queue\.cells: run.yaml has 3, this launch has 1"):
         create.create_run(run, other, env)
 
 
@@ -253,7 +253,7 @@ def test_new_run_cli(run: Path, queue: Path, env: dict, tmp_path: Path) -> None:
 
     made = cli("--queue", str(queue))
     assert made.returncode == 0, made.stderr
-    assert "3 units, EVAL_TEST_NUM=2" in made.stdout
+    assert "3 cells in 3 queue units (UNIT_SEEDS=0), EVAL_TEST_NUM=2" in made.stdout
     digest = cli("--verify").stdout.strip()
     assert len(digest) == 64
     refused = cli("--queue", str(queue), ACTION_SMOOTH="0.5")

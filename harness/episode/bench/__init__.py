@@ -50,8 +50,9 @@ class ExpertResult:
 class Benchmark(Protocol):
     version: str  # simulator version recorded in every record
     # optional: action_convention, the convention its episodes apply (checked against the policy's
-    # stated one when a run is created, and again in every hello); warm_up(), a one-time start-up
-    # (a renderer's) a persistent sim process runs before its first unit
+    # stated one when a run is created, and again in every hello); seed_space, a range holding every
+    # episode seed it accepts (checked against the seed bank when a run is created); warm_up(), a
+    # one-time start-up (a renderer's) a persistent sim process runs before its first unit
 
     def tasks(self) -> list[str]: ...
     def check(self, task: str, bench_config: str) -> None:

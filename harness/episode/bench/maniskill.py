@@ -26,6 +26,10 @@ from harness.episode.bench.maniskill_env import configure_ray_tracing, make_env
 
 
 class ManiSkillBenchmark:
+    # the episode seeds ManiSkill accepts: env.reset(seed) seeds numpy's RandomState, which takes
+    # 0..2**32-1 (a larger seed errors every episode); checked against the seed bank at run creation
+    seed_space = range(2**32)
+
     def __init__(self) -> None:
         import mani_skill
         import sapien
