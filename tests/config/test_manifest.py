@@ -253,7 +253,7 @@ def test_new_run_cli(run: Path, queue: Path, env: dict, tmp_path: Path) -> None:
 
     made = cli("--queue", str(queue))
     assert made.returncode == 0, made.stderr
-    assert "3 cells in 3 queue units (UNIT_SEEDS=0), EVAL_TEST_NUM=2" in made.stdout
+    assert "3 cells in 6 queue units (UNIT_SEEDS=1), EVAL_TEST_NUM=2" in made.stdout  # auto: 1 seed a unit
     digest = cli("--verify").stdout.strip()
     assert len(digest) == 64
     refused = cli("--queue", str(queue), ACTION_SMOOTH="0.5")
