@@ -23,6 +23,7 @@ from harness.config.manifest import ContractMismatch, Manifest, load_manifest, n
 from harness.config.paths import CODE_ROOT, bundle_root, resolve_checkpoint
 from harness.config.rundir import QueueFileError, RunDir, read_queue
 from harness.config.seedbank import resolve_root
+from harness.config.stopping import check_stop_rule
 
 SIMULATOR_DISTS = ("sapien", "mani_skill")
 
@@ -56,6 +57,7 @@ def create_run(run_dir: Path | str, queue_file: Path | str, env: Mapping[str, st
     contract = build_contract(cells, env)
     n = eval_test_num(env)
     check_bank_size(n, contract["seeds"], contract["knobs"]["SEEDS_ROOT"])
+    check_stop_rule(contract, n, env)
     if run.manifest.exists():
         return _same_run(run, contract, n)
     run.root.mkdir(parents=True, exist_ok=True)

@@ -45,6 +45,12 @@ KNOBS: dict[str, Knob] = {
         Knob("SEEDS_ROOT", "seeds/maniskill", "seed bank root (relative to $BUNDLE unless absolute)"),
         Knob("USE_EVAL_SEEDS", "1", "1: read <SEEDS_ROOT>/<task>/<task_config>.txt; 0: seeds 0..N-1"),
         Knob("EVAL_TEST_NUM", "10", "seeds per (scene, task) cell: the first N of the bank", False),
+        Knob(
+            "EVAL_STOP",
+            "fixed",
+            "stopping rule per cell: fixed, precision:<h> (anytime-valid 95% interval within ±h) or "
+            "compare:<baseline run>:<margin>; EVAL_TEST_NUM is the cap",
+        ),
         # observation and action handling
         Knob("PRIMARY_CAM", "base_camera", "camera sent first to the policy"),
         Knob("VIDEO_CAM", "base_camera", "camera recorded into the episode video"),

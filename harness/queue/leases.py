@@ -68,8 +68,9 @@ class QueueSettings:
 
 
 class LeaseQueue:
-    """One worker's view of the queue: claims in its own random order and remembers what is
-    finished, so a claim costs one rename, not a scan of every lease (O(units) traffic on NFS)."""
+    """One worker's view of the queue: claims lowest slices (`lo`) first, in its own random order among
+    equals, and remembers what is finished, so a claim costs one rename, not a scan of every lease
+    (O(units) traffic on NFS)."""
 
     def __init__(
         self,
@@ -100,11 +101,16 @@ class LeaseQueue:
         self.root.mkdir(parents=True, exist_ok=True)
 
     def claim(
-        self, stop: threading.Event | None = None, prefer: Callable[[Unit], bool] | None = None
+        self,
+        stop: threading.Event | None = None,
+        prefer: Callable[[Unit], bool] | None = None,
+        skip: Callable[[Unit], bool] | None = None,
     ) -> Lease | None:
-        """The next unit to work on, or None when every unit is done or quarantined (or `stop`).
+        """The next unit to work on, or None when every unit is done, quarantined or skipped (or `stop`).
         Candidates that `prefer` accepts (a unit whose env the caller already holds) are tried
-        first; the others follow at once: a preference orders the claims, it never waits."""
+        first; the others follow at once: a preference orders the claims, it never waits. A
+        candidate that `skip` accepts (its cell was decided early) is never claimed, and counts as
+        finished for this queue; `skip` is asked just before each claim attempt."""
         while stop is None or not stop.is_set():
             if not self._candidates or self._misses > MAX_MISSES:
                 if not self.refresh():
@@ -118,7 +124,11 @@ class LeaseQueue:
                     continue
             elif time.monotonic() - self._last_reap > self.ttl / 2:
                 self.reap_pass()
-            lease = self._try(self._next_candidate(prefer))
+            key = self._next_candidate(prefer)
+            if skip is not None and skip(self.units[key]):
+                self.finished.add(key)
+                continue
+            lease = self._try(key)
             if lease is not None:
                 self._idle_s = IDLE_S
                 return lease
@@ -147,6 +157,9 @@ class LeaseQueue:
         pending = [key for key in self.units if key not in self.finished]
         self._candidates = [key for key in pending if key not in self._leased]
         self.rng.shuffle(self._candidates)
+        # the lowest slice last, as `claim` pops from the end: every cell's first seeds before any
+        # cell's later ones (an adaptive run stops a cell at a prefix of its seeds), shuffled among equals
+        self._candidates.sort(key=lambda key: self.units[key].lo, reverse=True)
         self._misses = 0
         return bool(pending)
 
