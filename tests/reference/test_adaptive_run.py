@@ -1,7 +1,8 @@
 """A real adaptive run: the reference policy against its early checkpoint on the shipped bank, through
 the local pool, real ManiSkill3 on the CPU, `EVAL_STOP=compare:<early run>:0.05`.
 
-Kept small for the suite (two tasks, ADAPTIVE_SEEDS seeds a cell): at that size the two checkpoints
+Kept small for the suite (one task, ADAPTIVE_SEEDS seeds a cell: 8 episodes; the docs' two tasks took
+12 min on a busy 2-core machine): at that size the two checkpoints
 are too close for any cell to be decided, so the cells end `capped` (docs/results.md, "Adaptive
 evaluation", gives the full-bank figures). What must hold is that the run goes through the real pool,
 every rate is anytime-valid and each cell states its decision or that EVAL_TEST_NUM capped it.
@@ -22,7 +23,7 @@ from support.referencekit import BANK, EARLY, SHIPPED
 from support.wirekit import REPO
 
 ADAPTIVE_SEEDS = os.environ.get("ADAPTIVE_SEEDS", "4")  # a bigger figure for the docs: ADAPTIVE_SEEDS=10
-QUEUE = os.environ.get("ADAPTIVE_QUEUE", "table PullCube\ntable PushCube\n")
+QUEUE = os.environ.get("ADAPTIVE_QUEUE", "table PullCube\n")  # docs: "table PullCube\ntable PushCube\n"
 
 
 @pytest.mark.sim
