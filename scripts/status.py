@@ -1,5 +1,6 @@
 """Live status of a run: units done/leased/pending/quarantined, episodes done of planned, success so far,
-throughput and ETA, live leases with owner and heartbeat age (stale ones flagged), recent errors.
+throughput and ETA, live leases with owner and heartbeat age (stale ones flagged), recent errors;
+in an adaptive run (EVAL_STOP) each cell's state and the episodes saved, decided cells as they happen.
 Reads only: safe to run while the pool runs.
 
 Example: status.py my_run --watch

@@ -37,6 +37,7 @@ from harness.config.paths import CODE_ROOT, bundle_root, resolve_checkpoint
 from harness.config.plan import resolve_unit_seeds
 from harness.config.rundir import QueueFileError, RunDir, read_queue
 from harness.config.seedbank import resolve_root
+from harness.config.stopping import check_stop_rule
 
 SIMULATOR_DISTS = ("sapien", "mani_skill")
 
@@ -74,6 +75,7 @@ def create_run(run_dir: Path | str, queue_file: Path | str, env: Mapping[str, st
         unit_seeds, unit_split = resolve_unit_seeds(contract["knobs"]["UNIT_SEEDS"], len(cells), n, env)
     except ValueError as exc:
         raise ManifestError(str(exc)) from None
+    check_stop_rule(contract, n, env)
     if run.manifest.exists():
         return _same_run(run, contract, n)
     contract["knobs"]["UNIT_SEEDS"] = unit_seeds  # frozen as the number: every worker cuts these units

@@ -60,6 +60,9 @@ KNOBS: dict[str, Knob] = {
              accepts=FLAG),
         Knob("EVAL_TEST_NUM", "10", "seeds per (scene, task) cell: the first N of the bank", False,
              accepts=integer(1)),
+        Knob("EVAL_STOP", "fixed",
+             "stopping rule per cell: fixed, precision:<h> (anytime-valid 95% interval within ±h) or "
+             "compare:<baseline run>:<margin>; EVAL_TEST_NUM is the cap"),
         # observation and action handling
         Knob("PRIMARY_CAM", "base_camera", "camera sent first to the policy"),
         Knob("VIDEO_CAM", "base_camera", "camera recorded into the episode video"),

@@ -112,6 +112,7 @@ def queue_settings() -> QueueSettings:
         heartbeat_s=knobs.get_float("HEARTBEAT_S"),
         skew_s=knobs.get_float("LEASE_SKEW_S"),
         crash_limit=knobs.get_int("CRASH_LIMIT"),
+        prefix_first=knobs.get("EVAL_STOP") != "fixed",  # the worker verified it against run.yaml
     )
 
 

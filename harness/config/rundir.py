@@ -82,6 +82,11 @@ class RunDir:
     def logs(self) -> Path:
         return self.root / "logs"
 
+    @property
+    def decided(self) -> Path:
+        """Markers of the cells an adaptive run's stopping rule decided (harness.config.decided)."""
+        return self.root / "decided"
+
     def result_dir(self, task: str, policy: str, task_config: str, ckpt: str) -> Path:
         """Where the episode records and videos of one (task, task_config) of one model live."""
         return self.results / task / policy / task_config / (ckpt or "default")

@@ -65,11 +65,13 @@ class QueueSettings:
     heartbeat_s: float
     skew_s: float
     crash_limit: int
+    prefix_first: bool = False  # EVAL_STOP is adaptive: every cell's first seeds before later ones
 
 
 class LeaseQueue:
-    """One worker's view of the queue: claims in its own random order and remembers what is
-    finished, so a claim costs one rename, not a scan of every lease (O(units) traffic on NFS)."""
+    """One worker's view of the queue: claims the longest units first (lowest slices first in an
+    adaptive run), in its own random order among equals, and remembers what is finished, so a claim costs one rename, not a scan of every lease
+    (O(units) traffic on NFS)."""
 
     def __init__(
         self,
@@ -84,6 +86,7 @@ class LeaseQueue:
         self.worker_id = worker_id
         self.ttl = settings.ttl_s
         self.crash_limit = settings.crash_limit
+        self.prefix_first = settings.prefix_first
         self.heartbeat = Heartbeat(settings.heartbeat_s)
         self.judge = reaper.Judge(self.ttl, settings.skew_s)
         self.clock = reaper.ServerClock(self.root)
@@ -100,11 +103,16 @@ class LeaseQueue:
         self.root.mkdir(parents=True, exist_ok=True)
 
     def claim(
-        self, stop: threading.Event | None = None, prefer: Callable[[Unit], bool] | None = None
+        self,
+        stop: threading.Event | None = None,
+        prefer: Callable[[Unit], bool] | None = None,
+        skip: Callable[[Unit], bool] | None = None,
     ) -> Lease | None:
-        """The next unit to work on, or None when every unit is done or quarantined (or `stop`).
+        """The next unit to work on, or None when every unit is done, quarantined or skipped (or `stop`).
         Candidates that `prefer` accepts (a unit whose env the caller already holds) are tried
-        first; the others follow at once: a preference orders the claims, it never waits."""
+        first; the others follow at once: a preference orders the claims, it never waits. A
+        candidate that `skip` accepts (its cell was decided early) is never claimed, and counts as
+        finished for this queue; `skip` is asked just before each claim attempt."""
         while stop is None or not stop.is_set():
             if not self._candidates or self._misses > MAX_MISSES:
                 if not self.refresh():
@@ -118,7 +126,11 @@ class LeaseQueue:
                     continue
             elif time.monotonic() - self._last_reap > self.ttl / 2:
                 self.reap_pass()
-            lease = self._try(self._next_candidate(prefer))
+            key = self._next_candidate(prefer)
+            if skip is not None and skip(self.units[key]):
+                self.finished.add(key)
+                continue
+            lease = self._try(key)
             if lease is not None:
                 self._idle_s = IDLE_S
                 return lease
@@ -147,7 +159,13 @@ class LeaseQueue:
         pending = [key for key in self.units if key not in self.finished]
         self._candidates = [key for key in pending if key not in self._leased]
         self.rng.shuffle(self._candidates)
-        self._candidates.sort(key=lambda key: self.units[key].rank)  # stable; pop() takes the longest
+        # `claim` pops from the end. An adaptive run stops a cell at a prefix of its seeds, so every
+        # cell's first slices go before any cell's later ones; otherwise the longest units go first
+        # (the tail stays short), a cell's lower slices before its higher ones; shuffled among equals.
+        if self.prefix_first:
+            self._candidates.sort(key=lambda key: (-self.units[key].lo, self.units[key].rank))
+        else:
+            self._candidates.sort(key=lambda key: (self.units[key].rank, -self.units[key].lo))
         self._misses = 0
         return bool(pending)
 

@@ -2,7 +2,9 @@
 
 Totals are given two ways and always labelled: the mean over tasks (each task weighted equally, as the
 reference reports it) and the rate pooled over episodes (each episode weighted equally, the one a
-Wilson interval applies to). Errored episodes are counted apart and never enter a rate.
+Wilson interval applies to). Errored episodes are counted apart and never enter a rate. In an adaptive
+run (EVAL_STOP, `harness.results.adaptive`) each cell counts its decided prefix only, and every rate
+carries the anytime-valid interval.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any
 
 from harness.episode.records import is_trial
 from harness.results import ResultsError
+from harness.results.adaptive import Adaptive
+from harness.results.cell_decision import CellVerdict
 from harness.results.load import episode_key, scene_of
 from harness.results.stats import Rate, mean_rate
 
@@ -25,6 +29,7 @@ class TaskResult:
     task: str
     task_config: str
     episodes: list[dict[str, Any]] = field(default_factory=list)
+    verdict: CellVerdict | None = None  # its state under the run's stopping rule (adaptive runs)
 
     @property
     def trials(self) -> list[dict[str, Any]]:
@@ -36,11 +41,14 @@ class TaskResult:
 
     @property
     def sr(self) -> Rate:
-        return Rate(sum(bool(r.get("success")) for r in self.trials), len(self.trials))
+        return Rate(
+            sum(bool(r.get("success")) for r in self.trials), len(self.trials), self.verdict is not None
+        )
 
     @property
     def hsr(self) -> Rate:
-        return Rate(sum(bool(r.get("hard_success")) for r in self.trials), len(self.trials))
+        k = sum(bool(r.get("hard_success")) for r in self.trials)
+        return Rate(k, len(self.trials), self.verdict is not None)
 
 
 @dataclass
@@ -82,12 +90,20 @@ class Summary:
     contract: str
     scenes: list[Group]
     total: Group
+    adaptive: Adaptive | None = None
+
+    @property
+    def interval(self) -> str:
+        """The interval every rate of this summary carries."""
+        return "anytime-valid 95%" if self.adaptive else "Wilson 95%"
 
 
-def summarize(records: list[dict[str, Any]], contract: str) -> Summary:
-    """Group records into (scene, task) cells; one cell may not mix task_configs (that is two configs)."""
+def summarize(records: list[dict[str, Any]], contract: str, adaptive: Adaptive | None = None) -> Summary:
+    """Group records into (scene, task) cells; one cell may not mix task_configs (that is two configs).
+    With `adaptive`, a decided cell keeps only the episodes of its decided prefix."""
     cells: dict[tuple[str, str], TaskResult] = {}
-    for record in sorted(records, key=episode_key):
+    counted = [r for r in records if adaptive is None or adaptive.counted(r)]
+    for record in sorted(counted, key=episode_key):
         scene = scene_of(record)
         cell = cells.setdefault(
             (scene, record["task"]), TaskResult(scene, record["task"], record["task_config"])
@@ -99,12 +115,14 @@ def summarize(records: list[dict[str, Any]], contract: str) -> Summary:
             )
         cell.episodes.append(record)
     by_scene: dict[str, list[TaskResult]] = {}
-    for (scene, _), cell in sorted(cells.items()):
+    for (scene, task), cell in sorted(cells.items()):
+        if adaptive is not None:
+            cell.verdict = adaptive.verdicts.get((scene, task))
         by_scene.setdefault(scene, []).append(cell)
     scenes = [Group(scene, tasks) for scene, tasks in by_scene.items()]
-    return Summary(contract, scenes, Group("TOTAL", [t for g in scenes for t in g.tasks]))
+    return Summary(contract, scenes, Group("TOTAL", [t for g in scenes for t in g.tasks]), adaptive)
 
 
 def _pool(rates: Iterable[Rate]) -> Rate:
     rates = list(rates)
-    return Rate(sum(r.k for r in rates), sum(r.n for r in rates))
+    return Rate(sum(r.k for r in rates), sum(r.n for r in rates), any(r.anytime for r in rates))

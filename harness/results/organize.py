@@ -1,5 +1,6 @@
 """organize_results: a run dir → per-model video tree, results.txt per scene and in total, CSV, JSON,
-and report.html. Reads the run only; writes only under the output dir.
+and report.html. Reads the run only; writes only under the output dir. An adaptive run (EVAL_STOP)
+shows each cell's state and counts each decided cell's decided prefix (`harness.results.adaptive`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.paths import run_dir
+from harness.episode.records import record_key
 from harness.results import ResultsError
+from harness.results.adaptive import load_adaptive
 from harness.results.aggregate import Summary, summarize
 from harness.results.chart import write_chart
 from harness.results.load import LoadedRun, load_run, resolve_run, split_by_contract
@@ -57,11 +60,17 @@ def organize(options: Options, log: Log) -> list[Path]:
     groups = split_by_contract(loaded.records, options.split_by_contract)
     out = options.out or default_out(options.model, options.runs_root)
     _check_out(out, loaded)
+    try:
+        adaptive = load_adaptive(run, {record_key(r): r for r in loaded.records})
+    except ValueError as exc:  # a bad manifest, queue file or seed bank: each names itself
+        raise ResultsError(f"cannot read the stopping rule's plan of {run.root}: {exc}") from None
+    if adaptive is not None:
+        log(adaptive.summary_line())
     written = []
     for contract, records in sorted(groups.items()):
         target = out / f"contract-{contract[:12]}" if len(groups) > 1 else out
         log(f"contract {contract}: {len(records)} episode(s) → {target}")
-        _write(loaded, records, summarize(records, contract), options, target, log)
+        _write(loaded, records, summarize(records, contract, adaptive), options, target, log)
         written.append(target)
     return written
 

@@ -75,10 +75,20 @@ def _scene_table(scenes: list[Group], total: Group) -> str:
     return f"<table id=scenes>{head}{body}</table>"
 
 
+def _state_cell(task: TaskResult) -> str:
+    v = task.verdict
+    if v is None:
+        return ""
+    after = f" <span class=ci>+{v.after} ran after the decision</span>" if v.after else ""
+    return f"<td class=state>{html.escape(v.text)}{after}</td>"
+
+
 def _task_table(scene: Group) -> str:
-    head = "<tr><th>task</th><th>SR</th><th>HSR</th><th>errored</th></tr>"
+    state = "<th>state</th>" if any(t.verdict for t in scene.tasks) else ""
+    head = f"<tr><th>task</th><th>SR</th><th>HSR</th><th>errored</th>{state}</tr>"
     body = "".join(
-        f"<tr><td>{html.escape(t.task)}</td>{_rate_cell(t.sr)}{_rate_cell(t.hsr)}<td>{t.errored}</td></tr>"
+        f"<tr><td>{html.escape(t.task)}</td>{_rate_cell(t.sr)}{_rate_cell(t.hsr)}<td>{t.errored}</td>"
+        f"{_state_cell(t)}</tr>"
         for t in scene.tasks
     )
     return f"<table class=tasks>{head}{body}</table>"
@@ -100,6 +110,14 @@ def _strip(task: TaskResult, videos: dict[EpisodeKey, Path], report_dir: Path) -
     return f"<div class=strip>{''.join(tiles)}</div>"
 
 
+def _adaptive_note(summary: Summary) -> str:
+    """An adaptive run's cell states and episodes saved (empty for a fixed run)."""
+    if summary.adaptive is None:
+        return ""
+    line = html.escape(summary.adaptive.summary_line())
+    return f"<p id=adaptive>{line}. A decided cell counts its seeds in bank order up to its decision.</p>"
+
+
 def render(
     summary: Summary,
     meta: dict[str, Any],
@@ -119,7 +137,9 @@ def render(
         f"{meta['episodes']} episodes · generated {html.escape(meta['generated_at'])}</div>",
         *(f"<div class=warn>{html.escape(w)}</div>" for w in warnings),
         "<p>SR = success rate; HSR = hard success (success and no collision). Each rate: percent "
-        "[Wilson 95% interval] successes/trials. Errored episodes are counted apart and are not trials.</p>",
+        f"[{summary.interval} interval] successes/trials. Errored episodes are counted apart and are not "
+        "trials.</p>",
+        _adaptive_note(summary),
         f"<p><b>Total, mean over tasks</b> (each of {total.tasks_with_trials} tasks weighted equally): "
         f"SR {_pct(total.mean_sr)}, HSR {_pct(total.mean_hsr)}.<br><b>Total, pooled over episodes</b>: "
         f"SR {_rate(total.pooled_sr)}, HSR {_rate(total.pooled_hsr)}; errored: {total.errored}.</p>",

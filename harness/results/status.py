@@ -1,6 +1,8 @@
 """Live status of a run: the lease queue's units, episodes done of planned, success so far, throughput,
 ETA, live leases and recent errors. Safe while the pool runs: it reads the run dir and changes nothing
 (the lease snapshot only touches a clock probe of its own, see `harness.queue.listing.snapshot`).
+In an adaptive run (EVAL_STOP) it adds every cell's state (`harness.results.adaptive`), rates carry
+the anytime-valid interval, and the unclaimed units of decided cells show as `skipped`.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ from harness.episode.records import is_trial, read_tree
 from harness.queue.listing import UnitState
 from harness.queue.units import Unit
 from harness.results import ResultsError
+from harness.results.adaptive import Adaptive, load_adaptive
+from harness.results.cell_decision import DECIDED
 from harness.results.stats import Rate
 
 THROUGHPUT_WINDOW_S = 600.0
 RECENT_ERRORS = 5
 STATES = ("done", "leased", "pending", "quarantined")
+SKIPPED = "skipped"  # adaptive runs: a unit of a decided cell, never to be claimed
 
 
 @dataclass
@@ -40,11 +45,14 @@ class Status:
     eta_s: float | None = None
     recent_errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    adaptive: Adaptive | None = None  # an adaptive run's cell verdicts
+    skipped: int = 0  # planned episodes of units left unclaimed because their cell was decided
 
     @property
     def counts(self) -> dict[str, int]:
         counts = Counter(u.state for u in self.units)
-        return {state: counts.get(state, 0) for state in STATES}
+        states = (*STATES, SKIPPED) if self.adaptive else STATES
+        return {state: counts.get(state, 0) for state in states}
 
     @property
     def leases(self) -> list[UnitState]:
@@ -88,11 +96,29 @@ def collect(run: RunDir, now: float | None = None) -> Status:
     records = [r for r in planned if r is not None]
     trials = [r for r in records if is_trial(r)]
     status.done, status.errored = len(trials), len(records) - len(trials)
-    status.sr = Rate(sum(bool(r.get("success")) for r in trials), len(trials))
-    status.hsr = Rate(sum(bool(r.get("hard_success")) for r in trials), len(trials))
+    try:
+        status.adaptive = load_adaptive(run, found.records)
+    except ValueError as exc:  # a bad manifest or seed bank: planned_units above names it first
+        raise ResultsError(f"cannot read the stopping rule of {run.root}: {exc}") from None
+    if status.adaptive is not None:
+        _mark_skipped(status, status.adaptive)
+        trials = [r for r in trials if status.adaptive.counted(r)]
+    anytime = status.adaptive is not None
+    status.sr = Rate(sum(bool(r.get("success")) for r in trials), len(trials), anytime)
+    status.hsr = Rate(sum(bool(r.get("hard_success")) for r in trials), len(trials), anytime)
     _throughput(status, [t for r in records if (t := finished_time(r)) is not None], now)
     status.recent_errors = _recent_errors(status.units, [r for r in records if not is_trial(r)])
     return status
+
+
+def _mark_skipped(status: Status, adaptive: Adaptive) -> None:
+    """Pending units of decided cells will never be claimed: show them as skipped, not as work left."""
+    for unit in status.units:
+        verdict = adaptive.verdicts.get((unit.unit.scene, unit.unit.task))
+        decided = verdict is not None and verdict.state == DECIDED and unit.unit.lo >= (verdict.stop or 0)
+        if unit.state == "pending" and decided:
+            unit.state = SKIPPED
+            status.skipped += len(unit.unit.seeds)
 
 
 def _throughput(status: Status, times: list[float], now: float) -> None:
@@ -102,7 +128,7 @@ def _throughput(status: Status, times: list[float], now: float) -> None:
     window = min(THROUGHPUT_WINDOW_S, max(now - min(times), 1.0))
     recent = sum(1 for t in times if t >= now - window)
     status.per_hour = 3600.0 * recent / window
-    remaining = status.planned - status.done
+    remaining = status.planned - status.done - status.skipped
     if status.per_hour > 0:
         status.eta_s = 3600.0 * remaining / status.per_hour
 

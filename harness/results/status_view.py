@@ -25,15 +25,22 @@ def render(status: Status) -> Group:
     head.append(f"   (units planned from {status.plan_source})\n")
     head.append(
         f"units: {len(status.units)}  done {counts['done']}  leased {counts['leased']}  "
-        f"pending {counts['pending']}  quarantined {counts['quarantined']}\n"
+        f"pending {counts['pending']}  quarantined {counts['quarantined']}"
+        + (f"  skipped (cell decided) {counts['skipped']}" if status.adaptive else "")
+        + "\n"
     )
     pct = f" ({100 * status.done / status.planned:.0f}%)" if status.planned else ""
     head.append(
         f"episodes: {status.done} of {status.planned} done{pct}, {status.errored} errored (to re-run)\n"
     )
-    head.append(f"success so far: SR {status.sr.text().strip()}   HSR {status.hsr.text().strip()}\n")
+    head.append(
+        f"success so far: SR {status.sr.text().strip()}   HSR {status.hsr.text().strip()}"
+        f"   ({status.sr.label} intervals)\n"
+    )
     rate = "—" if status.per_hour is None else f"{status.per_hour:.1f} episodes/h"
     head.append(f"throughput: {rate}   ETA: {_duration(status.eta_s)}")
+    if status.adaptive is not None:
+        head.append(f"\n{status.adaptive.summary_line()}", style="cyan")
     for warning in status.warnings:
         head.append(f"\nwarning: {warning}", style="yellow")
     leases = Table(title=f"live leases ({len(status.leases)})", title_justify="left", expand=False)
@@ -49,4 +56,20 @@ def render(status: Status) -> Group:
     errors = Text("recent errors:" + ("" if status.recent_errors else " none"), style="bold")
     for line in status.recent_errors:
         errors.append("\n  " + line, style="red")
-    return Group(head, leases, errors)
+    return Group(head, *_cells(status), leases, errors)
+
+
+def _cells(status: Status) -> list[Table]:
+    """An adaptive run's cells and their states, decided ones first (empty for a fixed run)."""
+    if status.adaptive is None:
+        return []
+    table = Table(title="cells (EVAL_STOP)", title_justify="left", expand=False)
+    for column in ("scene", "task", "state", "trials", "after decision", "saved"):
+        table.add_column(column, no_wrap=True)
+    verdicts = sorted(status.adaptive.verdicts.items(), key=lambda kv: (kv[1].state != "decided", kv[0]))
+    for (scene, task), v in verdicts:
+        style = "green" if v.state == "decided" else ("yellow" if v.state == "capped" else "")
+        table.add_row(
+            scene, task, Text(v.text, style=style), f"{v.ran}/{v.planned}", str(v.after), str(v.saved)
+        )
+    return [table]

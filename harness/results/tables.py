@@ -1,7 +1,8 @@
 """The results as text tables (results.txt), CSV and JSON: the same numbers, for people and for tools.
 
 Each table states what its rates mean and how totals were formed, so a number copied out of it keeps
-its n, its interval and whether it is a mean over tasks or pooled over episodes.
+its n, its interval (Wilson, or anytime-valid in an adaptive run) and whether it is a mean over tasks
+or pooled over episodes. An adaptive run's tables add each cell's state and the episodes saved.
 """
 
 from __future__ import annotations
@@ -16,8 +17,23 @@ from harness.results.stats import Rate
 
 LEGEND = (
     "SR = success rate; HSR = hard success rate (success and no collision).\n"
-    "Each rate: percent [Wilson 95% interval] successes/trials. Errored episodes are not trials.\n"
+    "Each rate: percent [{interval} interval] successes/trials. Errored episodes are not trials.\n"
 )
+ADAPTIVE_LEGEND = (
+    "A decided cell counts the seeds (in the bank's order) up to its decision; episodes that ran after\n"
+    "it are listed apart, not counted.\n"
+)
+
+
+def legend(adaptive: bool) -> str:
+    """The legend of a run's tables: which interval its rates carry, and, adaptive, what is counted."""
+    text = LEGEND.format(interval="anytime-valid 95%" if adaptive else "Wilson 95%")
+    return text + ADAPTIVE_LEGEND if adaptive else text
+
+
+def _state(task: TaskResult) -> str:
+    v = task.verdict
+    return "" if v is None else v.text + (f" (+{v.after} after)" if v.after else "")
 
 
 def _pct(value: float | None) -> str:
@@ -43,10 +59,14 @@ def _totals(group: Group, label: str) -> str:
 
 
 def scene_text(scene: Group, header: str) -> str:
-    """results.txt of one scene: a row per task, then the scene's two totals."""
-    rows = [["task", "SR", "HSR", "errored"]]
-    rows += [[t.task, t.sr.text(), t.hsr.text(), str(t.errored)] for t in scene.tasks]
-    return f"{header}scene: {scene.name}\n{LEGEND}\n{columns(rows)}\n{_totals(scene, 'scene')}"
+    """results.txt of one scene: a row per task (with its state, adaptive), then the scene's two totals."""
+    adaptive = any(t.verdict is not None for t in scene.tasks)
+    rows = [["task", "SR", "HSR", "errored"] + (["state"] if adaptive else [])]
+    rows += [
+        [t.task, t.sr.text(), t.hsr.text(), str(t.errored)] + ([_state(t)] if adaptive else [])
+        for t in scene.tasks
+    ]
+    return f"{header}scene: {scene.name}\n{legend(adaptive)}\n{columns(rows)}\n{_totals(scene, 'scene')}"
 
 
 def total_text(summary: Summary, header: str) -> str:
@@ -64,7 +84,9 @@ def total_text(summary: Summary, header: str) -> str:
         ]
         for g in summary.scenes
     ]
-    return f"{header}{LEGEND}\n{columns(rows)}\n{_totals(summary.total, 'TOTAL')}"
+    adaptive = f"{summary.adaptive.summary_line()}\n" if summary.adaptive else ""
+    totals = _totals(summary.total, "TOTAL")
+    return f"{header}{legend(summary.adaptive is not None)}\n{columns(rows)}\n{totals}{adaptive}"
 
 
 def _rate_fields(prefix: str, rate: Rate) -> dict[str, Any]:
@@ -84,7 +106,17 @@ def _task_row(t: TaskResult) -> dict[str, Any]:
         "errored": t.errored,
         "sr_mean_over_tasks": None,
         "hsr_mean_over_tasks": None,
+        **_verdict_fields(t),
     }
+
+
+def _verdict_fields(t: TaskResult) -> dict[str, Any]:
+    """An adaptive run's cell state columns (absent from a fixed run's rows)."""
+    if t.verdict is None:
+        return {}
+    v = t.verdict.as_dict()
+    return {"state": v["state"], "decision": v["decision"], "ran_after_decision": v["ran_after_decision"],
+            "saved": v["saved"]}  # fmt: skip
 
 
 def _group_row(level: str, g: Group, scene: str) -> dict[str, Any]:
@@ -128,7 +160,7 @@ def to_json(summary: Summary, meta: dict[str, Any]) -> str:
     doc = {
         **meta,
         "contract": summary.contract,
-        "interval": "Wilson 95%",
+        "interval": summary.interval,
         "totals": {
             "mean_over_tasks": {"sr": total.mean_sr, "hsr": total.mean_hsr, "tasks": total.tasks_with_trials},
             "pooled_over_episodes": {"sr": total.pooled_sr.as_dict(), "hsr": total.pooled_hsr.as_dict()},
@@ -136,4 +168,8 @@ def to_json(summary: Summary, meta: dict[str, Any]) -> str:
         },
         "rows": rows(summary),
     }
+    if summary.adaptive is not None:
+        a = summary.adaptive
+        doc["adaptive"] = {"rule": a.rule, "cells": a.states(), "cap": a.cap, "ran": a.ran, "saved": a.saved,
+                           "ran_after_decision": a.after}  # fmt: skip
     return json.dumps(doc, indent=2, allow_nan=False) + "\n"

@@ -47,6 +47,7 @@ from harness.worker.faults import Fault
 from harness.worker.model_server_process import ModelServerError, ModelServerProcess
 from harness.worker.sim_process import read_progress
 from harness.worker.sim_slot import SimSlot, open_slot
+from harness.worker.stopping import CellStopper
 from harness.worker.unit_records import finished_seeds, missing_seeds, now_iso, seeds_written_since
 from harness.worker.worklog import WorkerLog
 
@@ -126,6 +127,7 @@ class Worker:
             self.breaker = faults.Breaker(knobs.get_int("WORKER_FAULT_LIMIT", minimum=1))
             self.verify()
             self.units = run_units(self.run, seed_costs(self.run))  # a bad queue file or seed bank: refused
+            self.stopper = CellStopper(self.run, self.units, self.log)
             self.add_slot()
         except ValueError as exc:  # ContractMismatch, ManifestError, QueueFileError, SeedBankError, knobs
             self.log(f"refusing to run: {exc}")
@@ -189,7 +191,7 @@ class Worker:
             if not self.time_for_another(end):
                 slot.log("not enough allocation time left for another unit: stopping")
                 break
-            lease = slot.queue.claim(self.stop, prefer=slot.holds)
+            lease = slot.queue.claim(self.stop, prefer=slot.holds, skip=self.stopper.decided)
             if lease is None:
                 break
             started = time.monotonic()
@@ -217,6 +219,7 @@ class Worker:
         fault = self.run_seeds(slot, lease, todo, info, result_dir) if todo else None
         records = read_tree(result_dir).records
         mine = [records[k] for s in unit.seeds if (k := (unit.task, unit.task_config, s)) in records]
+        self.stopper.after_unit(unit, records)  # EVAL_STOP: mark the cell if these records decide it
         if lease.lost.is_set():
             log("lease lost (reaped while slow): leaving the unit to its new owner", unit)
             return mine
