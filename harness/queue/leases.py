@@ -70,8 +70,8 @@ class QueueSettings:
 
 class LeaseQueue:
     """One worker's view of the queue: claims the longest units first (lowest slices first in an
-    adaptive run), in its own random order among equals, and remembers what is finished, so a claim costs one rename, not a scan of every lease
-    (O(units) traffic on NFS)."""
+    adaptive run), in its own random order among equals, and remembers what is finished, so a claim
+    costs one rename, not a scan of every lease (O(units) traffic on NFS)."""
 
     def __init__(
         self,
