@@ -15,8 +15,6 @@ import math
 import re
 from dataclasses import dataclass
 
-import yaml
-
 INTEGER = re.compile(r"[+-]?[0-9]+")
 NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -116,6 +114,8 @@ def mapping_problem(text: str) -> str | None:
     """Why `text` is not empty or a YAML/JSON mapping, or None."""
     if not text.strip():
         return None
+    import yaml  # here, not at the top: `knobs --shell` runs under whatever python a node has
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
