@@ -34,6 +34,7 @@ from harness.config.paths import run_dir
 from harness.config.plan import run_units
 from harness.config.rundir import RunDir
 from harness.config.stopsignals import StopSignals
+from harness.config.validate import check_node_knobs
 from harness.episode.bench.maniskill_cache import cache_size
 from harness.episode.records import read_tree
 from harness.queue import slurmjob
@@ -124,6 +125,7 @@ class Worker:
             if knobs.get_bool("SIM_AS_SERVER") and count != 1:
                 raise ValueError("knob SIMS_PER_WORKER: must be 1 with SIM_AS_SERVER=1 (one listening sim)")
             cache_size()  # SIM_ENV_CACHE: refused here, not in every sim process
+            check_node_knobs()  # every knob this node sets, against its declared type and range
             self.breaker = faults.Breaker(knobs.get_int("WORKER_FAULT_LIMIT", minimum=1))
             self.verify()
             self.units = run_units(self.run, seed_costs(self.run))  # a bad queue file or seed bank: refused

@@ -245,6 +245,19 @@ def test_sim_slots_are_batched_together_by_their_model_server(tmp_path: Path) ->
     assert largest > 1 and calls < items, stats[-1]
 
 
+def test_a_node_knob_out_of_range_is_refused_at_worker_start(tmp_path: Path) -> None:
+    """Knobs only nodes read (CRASH_LIMIT, STALL_TIMEOUT) are checked again when a worker starts:
+    CRASH_LIMIT=0 would quarantine every unit before it runs and exit 0."""
+    run = make_run(tmp_path / "run", [("s", "t0")])
+    log = tmp_path / "w0.log"
+    env = pool_env(run)
+    env.update(CRASH_LIMIT="0", STALL_TIMEOUT="-5")
+    assert _run_worker(env, log, timeout=60) == 2
+    text = log.read_text()
+    assert "refusing to run" in text and "CRASH_LIMIT='0'" in text and "STALL_TIMEOUT='-5'" in text
+    assert "Traceback" not in text and not list(run.results.rglob("*.jsonl"))
+
+
 def test_a_bad_env_cache_size_is_refused_naming_the_knob(tmp_path: Path) -> None:
     run = make_run(tmp_path / "run", [("s", "t0")])
     log = tmp_path / "w0.log"
