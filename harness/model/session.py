@@ -47,7 +47,10 @@ class PolicyFailed(Exception):
 
 
 @dataclass
-class Episode:
+class SessionEpisode:
+    """The episode this session's client started with its last reset: what each infer of it is
+    answered for (the benchmark's episode is `harness.episode.bench.Episode`, on the sim side)."""
+
     task: str
     task_config: str
     instruction: str
@@ -69,7 +72,7 @@ class Session:
         self.pending_codec: Codec | None = None  # switched to after the hello reply went out in JSON
         self.greeted = False
         self.frame_limit: int | None = None  # after the hello: the observation bound (None: none declared)
-        self.episode: Episode | None = None
+        self.episode: SessionEpisode | None = None
         self.state: SessionState | None = None  # the wrapper's per-session state (made at the first reset)
         self.member = policy.batcher.join()
 
@@ -158,7 +161,7 @@ class Session:
         raise WireError(f"no common codec: client offers {msg['codecs']}, server speaks {sorted(CODECS)}")
 
     def _reset(self, msg: dict[str, Any]) -> dict[str, Any]:
-        self.episode = Episode(msg["task"], msg["task_config"], msg["instruction"], msg["seed"])
+        self.episode = SessionEpisode(msg["task"], msg["task_config"], msg["instruction"], msg["seed"])
         if self.state is None:
             self.state = _policy(self.policy.new_state)
         _policy(self.policy.reset, self.state)
