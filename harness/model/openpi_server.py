@@ -76,8 +76,9 @@ def to_wire_obs(obs: dict[str, Any], policy_map: PolicyMap | None) -> dict[str, 
     return out
 
 
-class OpenpiConnection:
-    """One openpi client: a Session fed the native messages that the openpi frames stand for."""
+class OpenpiSession:
+    """One openpi client's conversation: a `Session` fed the native messages its openpi frames stand
+    for (the client side of an openpi connection is `harness.wire.openpi.OpenpiConnection`)."""
 
     def __init__(self, policy: LoadedPolicy, policy_map: PolicyMap | None) -> None:
         self.session = Session(policy, None, None)
@@ -157,13 +158,13 @@ class OpenpiServer:
 
     def _converse(self, conn: ServerConnection) -> None:
         peer = conn.remote_address
-        client = OpenpiConnection(self.policy, self.policy_map)
+        session = OpenpiSession(self.policy, self.policy_map)
         try:
             conn.send(openpi.packb(metadata(self.policy)))
             for body in conn:
                 if isinstance(body, str):
                     raise WireError("expected binary msgpack frames, got a text frame")
-                conn.send(openpi.packb(client.answer(body)))
+                conn.send(openpi.packb(session.answer(body)))
         except ConnectionClosed:
             return
         except (WireError, Drop, PolicyFailed) as exc:
