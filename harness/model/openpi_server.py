@@ -105,6 +105,10 @@ class OpenpiSession:
         put_path(out, key, np.asarray(reply["actions"], dtype=np.float32))
         return out
 
+    def close(self) -> None:
+        """The connection ended: its session leaves the batcher and unmaps its shared memory."""
+        self.session.close()
+
     def _start(self, task: str, task_config: str, seed: Any, instruction: str) -> None:
         if type(seed) is not int:
             raise WireError(f"episode_start: __episode_id__ must be an integer seed, got {seed!r:.40}")
@@ -178,7 +182,7 @@ class OpenpiServer:
             except ConnectionClosed:
                 pass
         finally:
-            client.session.close()  # the batcher stops waiting for this connection's requests
+            session.close()  # the batcher stops waiting for this connection's requests
 
     def serve_forever(self) -> None:
         info: dict[str, Any] = {
