@@ -30,7 +30,7 @@ from harness.config.manifest import (
     Manifest,
     ManifestError,
     load_manifest,
-    now_iso,
+    now_iso_seconds,
     write_manifest,
 )
 from harness.config.paths import CODE_ROOT, bundle_root, resolve_checkpoint
@@ -91,9 +91,9 @@ def create_run(run_dir: Path | str, queue_file: Path | str, env: Mapping[str, st
         run=run.name,
         contract=contract,
         eval_test_num=n,
-        history=[{"at": now_iso(), "kind": "create", "eval_test_num": n}],
+        history=[{"at": now_iso_seconds(), "kind": "create", "eval_test_num": n}],
         info={
-            "created_at": now_iso(),
+            "created_at": now_iso_seconds(),
             "host": socket.gethostname(),
             "user": getpass.getuser(),
             "queue_source": str(Path(queue_file).resolve()),

@@ -17,7 +17,7 @@ from harness.config.manifest import (
     Manifest,
     bank_entry,
     load_manifest,
-    now_iso,
+    now_iso_seconds,
     seed_banks,
     write_manifest,
 )
@@ -54,7 +54,7 @@ def record_fillin(
         manifest.fillin_banks.append({"seeds_root": root, "seeds": seeds, "eval_test_num": n})
         manifest.history.append(
             {
-                "at": now_iso(),
+                "at": now_iso_seconds(),
                 "kind": "seed_bank",
                 "seeds_root": root,
                 "sha256": seeds["sha256"],
@@ -68,7 +68,7 @@ def record_fillin(
         if n <= limit:
             return manifest  # already recorded: re-running a fill-in changes nothing
         manifest.history.append(
-            {"at": now_iso(), "kind": "eval_test_num", "seeds_root": root, "from": limit, "to": n}
+            {"at": now_iso_seconds(), "kind": "eval_test_num", "seeds_root": root, "from": limit, "to": n}
         )
         if root == manifest.knobs["SEEDS_ROOT"]:
             manifest.eval_test_num = n

@@ -72,7 +72,8 @@ def contract_hash(manifest: Manifest) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def now_iso() -> str:
+def now_iso_seconds() -> str:
+    """When a manifest entry was made (created_at, history): ISO 8601 UTC to the second, for people."""
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 

@@ -36,7 +36,7 @@ from harness.config.rundir import RunDir
 from harness.config.stopsignals import StopSignals
 from harness.config.validate import check_node_knobs
 from harness.episode.bench.maniskill_cache import cache_size
-from harness.episode.records import read_tree
+from harness.episode.records import now_iso_microseconds, read_tree
 from harness.queue import slurmjob
 from harness.queue.lease import Lease
 from harness.queue.owner import pid_namespace
@@ -49,7 +49,7 @@ from harness.worker.model_server_process import ModelServerError, ModelServerPro
 from harness.worker.sim_process import read_progress
 from harness.worker.sim_slot import SimSlot, open_slot
 from harness.worker.stopping import CellStopper
-from harness.worker.unit_records import finished_seeds, missing_seeds, now_iso, seeds_written_since
+from harness.worker.unit_records import finished_seeds, missing_seeds, seeds_written_since
 from harness.worker.worklog import WorkerLog
 
 MAX_SERVER_RESTARTS = 3  # a model server that keeps dying stops its worker (exit 1), not the run
@@ -265,7 +265,7 @@ class Worker:
         # a beat before each job: a worker resumed from a freeze learns at once that it lost the lease
         while todo and not self.stop.is_set() and lease.beat():
             info = self.server.ensure(knobs.get_float("MODEL_START_TIMEOUT"))
-            started, since = time.monotonic(), now_iso()
+            started, since = time.monotonic(), now_iso_microseconds()
             stall = knobs.get_float("STALL_TIMEOUT")
             outcome = slot.sim.run(
                 slot.job(self.run.root, unit, todo), self.sim_line_logger(slot, unit), slot.progress,
