@@ -193,7 +193,7 @@ class Worker:
             if not self.time_for_another(end):
                 slot.log("not enough allocation time left for another unit: stopping")
                 break
-            lease = slot.queue.claim(self.stop, prefer=slot.holds, skip=self.stopper.decided)
+            lease = slot.queue.claim(self.stop, prefer=slot.has_run, skip=self.stopper.decided)
             if lease is None:
                 break
             started = time.monotonic()
@@ -274,7 +274,7 @@ class Worker:
             if outcome.returncode == CODE_REFUSED_EXIT and outcome.killed is None:
                 raise ContractMismatch("the sim client refused to run (its log line above says why)", [])
             if slot.sim.alive():
-                slot.held.add((unit.task, unit.task_config))
+                slot.ran.add((unit.task, unit.task_config))
             recorded = seeds_written_since(self.run, unit, info, slot.writer_id, since, todo)
             wall_s = time.monotonic() - started
             slot.settle(self.run, unit, outcome, todo, recorded, info, wall_s)
