@@ -33,8 +33,8 @@ from websockets.sync.server import Request, Response, ServerConnection, serve
 
 from harness.config import knobs
 from harness.config.policymap import PolicyMap, get_path, put_path
-from harness.model.policyload import LoadedPolicy, PolicyError
-from harness.model.session import Drop, PolicyFailed, Session
+from harness.model.policyload import LoadedPolicy, PolicyCallFailed, PolicyRefused
+from harness.model.session import Drop, Session
 from harness.wire import openpi, protocol
 from harness.wire.errors import WireError
 from harness.wire.readyfile import advertised_host, remove_ready, run_token, write_ready
@@ -49,7 +49,7 @@ def metadata(policy: LoadedPolicy) -> dict[str, Any]:
 
 def check_map(policy_map: PolicyMap, policy: LoadedPolicy) -> None:
     if policy_map.protocol != "openpi" or policy_map.action_dim != policy.spec["action_dim"]:
-        raise PolicyError(
+        raise PolicyRefused(
             f"MODEL_SERVER_MAP={policy_map.source}: needs protocol openpi and action_dim "
             f"{policy.spec['action_dim']} (the policy's), "
             f"got {policy_map.protocol} and {policy_map.action_dim}"
@@ -171,8 +171,8 @@ class OpenpiServer:
                 conn.send(openpi.packb(session.answer(body)))
         except ConnectionClosed:
             return
-        except (WireError, Drop, PolicyFailed) as exc:
-            if isinstance(exc, PolicyFailed):  # only the policy's own failure keeps its traceback
+        except (WireError, Drop, PolicyCallFailed) as exc:
+            if isinstance(exc, PolicyCallFailed):  # only the policy's own failure keeps its traceback
                 log.error("policy failed for openpi client %s: %s", peer, exc, exc_info=exc.__cause__)
             else:
                 log.warning("openpi client %s: %s", peer, exc)
