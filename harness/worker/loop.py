@@ -45,7 +45,7 @@ from harness.worker import children, faults, slot_count
 from harness.worker.episode_costs import seed_costs
 from harness.worker.external_server import ExternalServer
 from harness.worker.faults import Fault
-from harness.worker.model_server_process import ModelServerError, ModelServerProcess
+from harness.worker.model_server_process import ModelServerFailed, ModelServerProcess
 from harness.worker.sim_process import read_progress
 from harness.worker.sim_slot import SimSlot, open_slot
 from harness.worker.stopping import CellStopper
@@ -147,7 +147,7 @@ class Worker:
                 raise self.failure
             self.log("no unit left to claim" if not self.stop.is_set() else "stopped")
             return 0
-        except (ModelServerError, faults.BreakerTripped) as exc:
+        except (ModelServerFailed, faults.BreakerTripped) as exc:
             self.log(f"cannot run: {exc}")
             return 1
         except ContractMismatch as exc:
@@ -206,7 +206,7 @@ class Worker:
         """One claim: run the unit's missing seeds, then release it, done or not; the unit's records."""
         try:
             return self.run_unit(slot, lease)
-        except (ModelServerError, ContractMismatch):
+        except (ModelServerFailed, ContractMismatch):
             slot.queue.mark(lease, done=False)  # not the unit's fault: no crash counted
             raise
 
@@ -247,7 +247,7 @@ class Worker:
             slot.queue.mark(lease, done=False)
             if self.server.starts - 1 >= MAX_SERVER_RESTARTS:
                 died = self.server.starts - 1
-                raise ModelServerError(f"model server died {died} times: see {self.server.log}")
+                raise ModelServerFailed(f"model server died {died} times: see {self.server.log}")
         elif slot.queue.release_errored(lease, str(fault)):
             log(f"quarantined after {slot.queue.crashes[unit.key]} errored attempts: {fault}", unit)
         else:
