@@ -15,8 +15,8 @@ import os
 import sys
 
 from harness.config.failures import run_command
-from harness.config.fillin import record_fillin
 from harness.config.manifest import load_manifest
+from harness.config.manifest_fillin import record_fillin
 from harness.config.paths import run_dir
 from harness.config.rundir import RunDir
 from harness.launch import orchestrator

@@ -1,4 +1,5 @@
-"""Fill-ins: raise a run's EVAL_TEST_NUM, or add a seed bank disjoint from the run's banks.
+"""Fill-ins recorded in the manifest: raise a run's EVAL_TEST_NUM, or add a seed bank disjoint
+from the run's banks. The orchestrator that records one and runs its seeds is `harness.launch.fillin`.
 
 Recorded in the manifest's `history`; the contract hash is unchanged. Idempotent: recording what
 is already recorded changes nothing. Only the new seeds run (resume reads the records).
