@@ -37,7 +37,7 @@ from harness.config.paths import CODE_ROOT, bundle_root, resolve_checkpoint
 from harness.config.plan import resolve_unit_seeds
 from harness.config.rundir import QueueFileError, RunDir, read_queue
 from harness.config.seedbank import resolve_root
-from harness.config.stopping import check_stop_rule
+from harness.config.stoprule import check_stop_rule
 
 SIMULATOR_DISTS = ("sapien", "mani_skill")
 
