@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.model.policyload import PolicyRefused, load_policy
+from harness.config.failures import Refused
+from harness.model.policyload import PolicyCallFailed, PolicyRefused, load_policy
 from harness.wire.client import PolicyClient
 from harness.wire.errors import RemoteError
 from support.wirekit import REPO, SPEC, client, episode, obs, running_server
@@ -251,6 +252,18 @@ def test_a_batch_of_the_wrong_size_is_an_error_naming_the_wrapper(tmp_path: Path
             c.ping()  # the connection lives on
         with client(ready) as c:  # and so does the server
             assert c.hello(SPEC)["policy"] == "noisy"
+
+
+def test_a_broken_output_is_a_failed_call_never_a_refused_input() -> None:
+    """Issue 23: an output that breaks the contract at run time is a PolicyCallFailed (its request is
+    answered with the reason, the server stays up), never a PolicyRefused, the error of a policy
+    that cannot be loaded as given (exit 2: fix the input)."""
+    policy = load_policy(NOISY, "", ["extra_rows=1"])
+    policy.reset()
+    broken = r"noisy\.generate_actions returned a batch of 2 chunks"
+    with pytest.raises(PolicyCallFailed, match=broken) as failed:
+        policy.act(obs(), 1, 0, None, None)
+    assert not isinstance(failed.value, Refused)
 
 
 def test_model_max_batch_caps_the_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
