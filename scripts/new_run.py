@@ -21,8 +21,8 @@ from pathlib import Path
 
 from harness.config.contract import verify_environment
 from harness.config.failures import run_command
-from harness.config.fillin import record_fillin
 from harness.config.manifest import ContractMismatch, Manifest, ManifestError, contract_hash
+from harness.config.manifest_fillin import record_fillin
 from harness.config.paths import run_dir
 from harness.config.plan import run_units
 from harness.config.rundir import QueueFileError, RunDir

@@ -20,7 +20,7 @@ from harness.config.policymap import PolicyMapError, load_policy_map
 from harness.config.stopsignals import StopSignals
 from harness.model.dialout import connect_out
 from harness.model.openpi_server import OpenpiServer
-from harness.model.policyload import LoadedPolicy, PolicyError, load_policy
+from harness.model.policyload import LoadedPolicy, PolicyRefused, load_policy
 from harness.model.server import ModelServer
 from harness.wire.errors import WireError
 from harness.wire.readyfile import write_ready
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         serve(args, load_policy(args.policy, args.ckpt, args.overrides))
-    except (PolicyError, PolicyMapError, WireError, ValueError) as exc:
+    except (PolicyRefused, PolicyMapError, WireError, ValueError) as exc:
         print(f"policy_model_server: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -12,7 +12,7 @@ if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,8p' "$0" | cut
 exports="$("$SIM_PY" -m harness.config.knobs --shell)"
 eval "$exports"
 : "${STUDY_RUN:?set STUDY_RUN to the run dir name under \$RUNS_ROOT}"
-node="$("$SIM_PY" -m harness.node.cli name)"
+node="$("$SIM_PY" -m harness.node.steps name)"
 logs="$RUNS_ROOT/$STUDY_RUN/logs"
 mkdir -p "$logs"
 exec > >(tee -a "$logs/node-$node.log") 2>&1
@@ -22,11 +22,11 @@ echo "[node $node] $(date -Is) start: run=$STUDY_RUN job=${SLURM_JOB_ID:-none}"
 
 # Stage if cold, pin, refresh code: prints exports of SIM_PY, MODEL_PY, EVAL_ROOT, PYTHONPATH, CKPT_DIR, HF_HOME.
 # The staged entries are held by this script's pid (EVAL_NODE_PID): no other job's pruning removes them.
-exports="$(EVAL_NODE_PID=$$ "$SIM_PY" -m harness.node.cli prepare)"
+exports="$(EVAL_NODE_PID=$$ "$SIM_PY" -m harness.node.steps prepare)"
 eval "$exports"
 cd "$EVAL_ROOT"
 
-plan="$("$SIM_PY" -m harness.node.cli plan)"
+plan="$("$SIM_PY" -m harness.node.steps plan)"
 pids=()
 while read -r wid devices sims cores; do
   [ "$devices" = "-" ] && devices=""

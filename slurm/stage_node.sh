@@ -8,4 +8,4 @@ if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,5p' "$0" | cut
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/env.sh"
 exports="$("$SIM_PY" -m harness.config.knobs --shell)"
 eval "$exports"
-"$SIM_PY" -m harness.node.cli prepare
+"$SIM_PY" -m harness.node.steps prepare

@@ -30,14 +30,14 @@ from harness.config.manifest import (
     Manifest,
     ManifestError,
     load_manifest,
-    now_iso,
+    now_iso_seconds,
     write_manifest,
 )
 from harness.config.paths import CODE_ROOT, bundle_root, resolve_checkpoint
 from harness.config.plan import resolve_unit_seeds
 from harness.config.rundir import QueueFileError, RunDir, read_queue
 from harness.config.seedbank import resolve_root
-from harness.config.stopping import check_stop_rule
+from harness.config.stoprule import check_stop_rule
 
 SIMULATOR_DISTS = ("sapien", "mani_skill")
 
@@ -91,9 +91,9 @@ def create_run(run_dir: Path | str, queue_file: Path | str, env: Mapping[str, st
         run=run.name,
         contract=contract,
         eval_test_num=n,
-        history=[{"at": now_iso(), "kind": "create", "eval_test_num": n}],
+        history=[{"at": now_iso_seconds(), "kind": "create", "eval_test_num": n}],
         info={
-            "created_at": now_iso(),
+            "created_at": now_iso_seconds(),
             "host": socket.gethostname(),
             "user": getpass.getuser(),
             "queue_source": str(Path(queue_file).resolve()),

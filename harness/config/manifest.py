@@ -4,8 +4,8 @@ A run dir's results are only comparable if every episode in it was produced unde
 conditions. The manifest freezes those conditions when the run is created (`harness.config.create`),
 and every worker checks its own environment against it (`harness.config.contract`) before it runs
 anything, so a changed knob cannot silently mix two evals in one run dir. Fill-ins
-(`harness.config.fillin`) add seeds without changing the contract; `harness.config.plan` turns the
-manifest into the seeds and units the workers run.
+(`harness.config.manifest_fillin`) add seeds without changing the contract; `harness.config.plan`
+turns the manifest into the seeds and units the workers run.
 
 `contract_hash(manifest)` is the sha256 of the manifest's `contract` section (canonical JSON):
 everything but EVAL_TEST_NUM, the fill-in banks, the history and the informational `info`.
@@ -72,7 +72,8 @@ def contract_hash(manifest: Manifest) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def now_iso() -> str:
+def now_iso_seconds() -> str:
+    """When a manifest entry was made (created_at, history): ISO 8601 UTC to the second, for people."""
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 

@@ -14,6 +14,7 @@ import math
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,12 @@ METRICS_GLOB = "_metrics*.jsonl"
 SHOWN_BAD_LINES = 10  # malformed lines named one by one in a warning; the rest are counted
 
 RecordKey = tuple[str, str, int]
+
+
+def now_iso_microseconds() -> str:
+    """A record's finished_at for now: ISO 8601 UTC to the microsecond, so that one writer's
+    records order as strings (`precedence`, and the worker's `seeds_written_since`)."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 class RecordError(ValueError):

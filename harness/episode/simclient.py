@@ -18,7 +18,6 @@ import os
 import socket
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from harness.config import knobs
 from harness.config.rundir import RunDir, task_config_name
 from harness.episode.actions import ChunkRunner
 from harness.episode.bench import Benchmark, Episode
-from harness.episode.records import append_record
+from harness.episode.records import append_record, now_iso_microseconds
 from harness.episode.video import VideoWriter
 from harness.wire.client import PolicyClient
 from harness.wire.errors import PeerClosed, WireError
@@ -171,7 +170,7 @@ class SimClient:
             "policy": spec.get("policy", ""), "ckpt": spec.get("ckpt", ""),
             "host": socket.gethostname(), "worker": self.job.writer_id, "sim_version": self.bench.version,
             "contract": os.environ.get("EVAL_CONTRACT"), "video": video,
-            "finished_at": datetime.now(UTC).isoformat(timespec="microseconds"),
+            "finished_at": now_iso_microseconds(),
         }  # fmt: skip
 
     def _result_dir(self) -> Path:

@@ -15,17 +15,17 @@ import os
 import sys
 
 from harness.config.failures import run_command
-from harness.config.fillin import record_fillin
 from harness.config.manifest import load_manifest
+from harness.config.manifest_fillin import record_fillin
 from harness.config.paths import run_dir
 from harness.config.rundir import RunDir
-from harness.launch import cli
+from harness.launch import orchestrator
 from harness.launch.drive import Settings, check_caller_env, complete_run
 from harness.launch.progress import results_table
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = cli.parser(__doc__)
+    p = orchestrator.parser(__doc__)
     p.add_argument("run", help="run name under $RUNS_ROOT, or a path")
     p.add_argument(
         "--test-num", type=int, help="the new EVAL_TEST_NUM (of the run's bank, or of --seeds-root)"
@@ -40,11 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         run = RunDir(run_dir(args.run))
         check_caller_env(load_manifest(run.root), os.environ, run)
         manifest = record_fillin(run.root, eval_test_num=args.test_num, seeds_root=args.seeds_root)
-        final = complete_run(run, manifest, settings, "fillin", cli.say)
-        cli.say("\n" + results_table([(args.run, run, manifest)], "run"))
+        final = complete_run(run, manifest, settings, "fillin", orchestrator.say)
+        orchestrator.say("\n" + results_table([(args.run, run, manifest)], "run"))
         return 0 if final.complete else 1
 
-    return cli.main_wrapper(body, "fillin")
+    return orchestrator.main_wrapper(body, "fillin")
 
 
 if __name__ == "__main__":

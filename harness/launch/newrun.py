@@ -28,7 +28,7 @@ from harness.config.seedbank import SeedBankError, read_bank, resolve_root, seed
 from harness.config.validate import knob_problems, problem_list
 from harness.episode.bench import Benchmark, load_benchmark
 from harness.launch.benchparams import params_problems
-from harness.model.wrapper import PolicyError, policy_dir, stated_checkpoint, stated_conventions
+from harness.model.wrapper import PolicyRefused, policy_dir, stated_checkpoint, stated_conventions
 from harness.wire.errors import WireError
 from harness.wire.protocol import check_specs
 
@@ -41,7 +41,7 @@ def _policy_problems(knobs: Mapping[str, str], env: Mapping[str, str]) -> list[s
     try:
         policy_dir(policy)
         yml, needs = stated_checkpoint(policy, knobs["POLICY_ARGS"].split())
-    except PolicyError as exc:
+    except PolicyRefused as exc:
         return [str(exc)]
     if needs is not None and (why := needs_problem(needs, str(yml))) is not None:
         return [why]
@@ -81,7 +81,7 @@ def _convention_problems(bench: Benchmark, knobs: Mapping[str, str]) -> list[str
     try:
         emits = stated_conventions(knobs["POLICY"], knobs["POLICY_ARGS"].split())
         check_specs({"action": emits}, {"action": applies})
-    except (PolicyError, WireError) as exc:
+    except (PolicyRefused, WireError) as exc:
         return [str(exc)]
     return []
 

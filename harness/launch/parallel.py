@@ -23,7 +23,7 @@ from harness.config.failures import run_command
 from harness.config.manifest import Manifest
 from harness.config.paths import run_dir
 from harness.config.rundir import RunDir
-from harness.launch import cli
+from harness.launch import orchestrator
 from harness.launch.drive import Settings, complete_run
 from harness.launch.newrun import new_run
 from harness.launch.progress import progress, results_table
@@ -40,7 +40,7 @@ def model_run_name(prefix: str, spec: str) -> tuple[str, str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = cli.parser(__doc__)
+    p = orchestrator.parser(__doc__)
     p.add_argument("--run-prefix", required=True, help="runs are named <prefix>_<policy>[_<ckpt>]")
     p.add_argument("--queue", required=True, help="queue file shared by every model")
     p.add_argument(
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         dedicated = [
             threading.Thread(
                 target=complete_run,
-                args=(run, m, settings, f"dedicated-{i}", cli.say),
+                args=(run, m, settings, f"dedicated-{i}", orchestrator.say),
                 kwargs={"nodes": args.dedicated_nodes},
                 daemon=True,
             )
@@ -85,16 +85,16 @@ def main(argv: list[str] | None = None) -> int:
         for thread in dedicated:
             thread.start()
         for _, run, m in models:
-            complete_run(run, m, settings, "shared", cli.say, report=report)
+            complete_run(run, m, settings, "shared", orchestrator.say, report=report)
         while any(thread.is_alive() for thread in dedicated):
             for thread in dedicated:
                 thread.join(settings.progress_s)
                 if thread.is_alive():
-                    cli.say(report())
-        cli.say("\n" + results_table(models, "model"))
+                    orchestrator.say(report())
+        orchestrator.say("\n" + results_table(models, "model"))
         return 0 if all(progress(run, m).complete for _, run, m in models) else 1
 
-    return cli.main_wrapper(body, "parallel_models")
+    return orchestrator.main_wrapper(body, "parallel_models")
 
 
 if __name__ == "__main__":

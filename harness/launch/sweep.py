@@ -16,14 +16,14 @@ import sys
 from harness.config.failures import run_command
 from harness.config.paths import run_dir
 from harness.config.rundir import RunDir
-from harness.launch import cli
+from harness.launch import orchestrator
 from harness.launch.drive import Settings, complete_run
 from harness.launch.newrun import new_run
 from harness.launch.progress import results_table
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = cli.parser(__doc__)
+    p = orchestrator.parser(__doc__)
     p.add_argument("--run-prefix", required=True, help="runs are named <prefix>_<config> under $RUNS_ROOT")
     p.add_argument("--queue", required=True, help="queue file; `{config}` is replaced by each config")
     p.add_argument("--configs", nargs="+", required=True, help="BENCH_CONFIG values, in order")
@@ -38,12 +38,12 @@ def main(argv: list[str] | None = None) -> int:
             plan.append((config, run, new_run(run.root, args.queue.replace("{config}", config), env)))
         complete = True
         for config, run, manifest in plan:
-            final = complete_run(run, manifest, settings, f"sweep-{config}", cli.say)
+            final = complete_run(run, manifest, settings, f"sweep-{config}", orchestrator.say)
             complete &= final.complete
-        cli.say("\n" + results_table(plan, "config"))
+        orchestrator.say("\n" + results_table(plan, "config"))
         return 0 if complete else 1
 
-    return cli.main_wrapper(body, "sweep")
+    return orchestrator.main_wrapper(body, "sweep")
 
 
 if __name__ == "__main__":

@@ -33,8 +33,8 @@ from websockets.sync.server import Request, Response, ServerConnection, serve
 
 from harness.config import knobs
 from harness.config.policymap import PolicyMap, get_path, put_path
-from harness.model.policyload import LoadedPolicy, PolicyError
-from harness.model.session import Drop, PolicyFailed, Session
+from harness.model.policyload import LoadedPolicy, PolicyCallFailed, PolicyRefused
+from harness.model.session import Drop, Session
 from harness.wire import openpi, protocol
 from harness.wire.errors import WireError
 from harness.wire.readyfile import advertised_host, remove_ready, run_token, write_ready
@@ -49,7 +49,7 @@ def metadata(policy: LoadedPolicy) -> dict[str, Any]:
 
 def check_map(policy_map: PolicyMap, policy: LoadedPolicy) -> None:
     if policy_map.protocol != "openpi" or policy_map.action_dim != policy.spec["action_dim"]:
-        raise PolicyError(
+        raise PolicyRefused(
             f"MODEL_SERVER_MAP={policy_map.source}: needs protocol openpi and action_dim "
             f"{policy.spec['action_dim']} (the policy's), "
             f"got {policy_map.protocol} and {policy_map.action_dim}"
@@ -76,8 +76,9 @@ def to_wire_obs(obs: dict[str, Any], policy_map: PolicyMap | None) -> dict[str, 
     return out
 
 
-class OpenpiConnection:
-    """One openpi client: a Session fed the native messages that the openpi frames stand for."""
+class OpenpiSession:
+    """One openpi client's conversation: a `Session` fed the native messages its openpi frames stand
+    for (the client side of an openpi connection is `harness.wire.openpi.OpenpiConnection`)."""
 
     def __init__(self, policy: LoadedPolicy, policy_map: PolicyMap | None) -> None:
         self.session = Session(policy, None, None)
@@ -103,6 +104,10 @@ class OpenpiConnection:
         out: dict[str, Any] = {}
         put_path(out, key, np.asarray(reply["actions"], dtype=np.float32))
         return out
+
+    def close(self) -> None:
+        """The connection ended: its session leaves the batcher and unmaps its shared memory."""
+        self.session.close()
 
     def _start(self, task: str, task_config: str, seed: Any, instruction: str) -> None:
         if type(seed) is not int:
@@ -157,17 +162,17 @@ class OpenpiServer:
 
     def _converse(self, conn: ServerConnection) -> None:
         peer = conn.remote_address
-        client = OpenpiConnection(self.policy, self.policy_map)
+        session = OpenpiSession(self.policy, self.policy_map)
         try:
             conn.send(openpi.packb(metadata(self.policy)))
             for body in conn:
                 if isinstance(body, str):
                     raise WireError("expected binary msgpack frames, got a text frame")
-                conn.send(openpi.packb(client.answer(body)))
+                conn.send(openpi.packb(session.answer(body)))
         except ConnectionClosed:
             return
-        except (WireError, Drop, PolicyFailed) as exc:
-            if isinstance(exc, PolicyFailed):  # only the policy's own failure keeps its traceback
+        except (WireError, Drop, PolicyCallFailed) as exc:
+            if isinstance(exc, PolicyCallFailed):  # only the policy's own failure keeps its traceback
                 log.error("policy failed for openpi client %s: %s", peer, exc, exc_info=exc.__cause__)
             else:
                 log.warning("openpi client %s: %s", peer, exc)
@@ -177,7 +182,7 @@ class OpenpiServer:
             except ConnectionClosed:
                 pass
         finally:
-            client.session.close()  # the batcher stops waiting for this connection's requests
+            session.close()  # the batcher stops waiting for this connection's requests
 
     def serve_forever(self) -> None:
         info: dict[str, Any] = {

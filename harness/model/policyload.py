@@ -24,7 +24,7 @@ from harness.model.batcher import Batcher, Member
 from harness.model.collate import collate
 from harness.model.seeding import check_batched_seeding, rng_seed, seed_global_rngs
 from harness.model.wrapper import (
-    PolicyError,
+    PolicyRefused,
     action_conventions,
     batch_settings,
     import_wrapper,
@@ -33,6 +33,13 @@ from harness.model.wrapper import (
 )
 
 log = logging.getLogger("model_server")
+
+
+class PolicyCallFailed(Exception):
+    """A call into a loaded policy failed on a well-formed request: it raised (the policy's
+    exception is the `__cause__`) or its output breaks the contract (shape, batch size, non-finite
+    actions). The server answers that request with the reason and stays up; a policy that cannot be
+    loaded is `PolicyRefused`."""
 
 
 @dataclass(eq=False)
@@ -119,7 +126,7 @@ class LoadedPolicy:
     def _encode(self, obs: dict[str, Any], state: SessionState | None) -> dict[str, Any]:
         inputs = self.module.encode_obs(obs) if state is None else self.module.encode_obs(obs, state.value)
         if not isinstance(inputs, dict):
-            raise PolicyError(f"{self.name}.encode_obs must return a dict of generate_actions kwargs")
+            raise PolicyCallFailed(f"{self.name}.encode_obs must return a dict of generate_actions kwargs")
         return inputs
 
     def _run(self, requests: list[Request]) -> list[np.ndarray | Exception]:
@@ -163,18 +170,19 @@ class LoadedPolicy:
             return exc
 
     def _check(self, out: Any, batch: int | None) -> list[np.ndarray | Exception]:
-        """Per request its chunk, or a PolicyError for a non-finite one; a batch of the wrong shape
-        or size is a PolicyError for all (raised). `batch` None: today's form, the first row counts."""
+        """Per request its chunk, or a PolicyCallFailed for a non-finite one; a batch of the wrong
+        shape or size is a PolicyCallFailed for all (raised). `batch` None: today's form, the first
+        row counts."""
         if hasattr(out, "detach"):
             out = out.detach().float().cpu().numpy()
         arr = np.asarray(out, dtype=np.float32)
         want = (self.spec["chunk_len"], self.spec["action_dim"])
         if arr.ndim != 3 or arr.shape[0] < 1 or arr.shape[1:] != want:
-            raise PolicyError(
+            raise PolicyCallFailed(
                 f"{self.name}.generate_actions returned shape {arr.shape}, expected [B, *{want}]"
             )
         if batch is not None and arr.shape[0] != batch:
-            raise PolicyError(
+            raise PolicyCallFailed(
                 f"{self.name}.generate_actions returned a batch of {arr.shape[0]} chunks "
                 f"for {batch} requests (shape {arr.shape})"
             )
@@ -182,7 +190,7 @@ class LoadedPolicy:
         return [  # copies: a reply is encoded after the call, when the wrapper may reuse its buffer
             row.copy()
             if np.all(np.isfinite(row))
-            else PolicyError(f"{self.name}.generate_actions returned non-finite actions")
+            else PolicyCallFailed(f"{self.name}.generate_actions returned non-finite actions")
             for row in rows
         ]
 
@@ -217,17 +225,18 @@ def load_policy(name: str, ckpt: str = "", overrides: list[str] | None = None) -
     yml, usr_args = settings(directory, overrides)
     ckpt_path = resolve_checkpoint(ckpt)
     if ckpt and ckpt_path is None:
-        raise PolicyError(f"checkpoint {ckpt!r}: neither a path nor a directory under $BUNDLE/checkpoints")
+        raise PolicyRefused(f"checkpoint {ckpt!r}: neither a path nor a directory under $BUNDLE/checkpoints")
     usr_args["ckpt_path"] = None if ckpt_path is None else str(ckpt_path)
     usr_args.setdefault("policy_name", directory.name)
     for key in ("action_dim", "num_actions"):
         if not isinstance(usr_args.get(key), int):
-            raise PolicyError(f"policy {directory.name}: setting {key!r} must be an integer in {yml}")
+            raise PolicyRefused(f"policy {directory.name}: setting {key!r} must be an integer in {yml}")
     module = import_wrapper(directory)
     try:
         model = module.get_model(usr_args)
     except Exception as exc:
-        raise PolicyError(f"policy {directory.name}: get_model failed: {type(exc).__name__}: {exc}") from exc
+        why = f"{type(exc).__name__}: {exc}"
+        raise PolicyRefused(f"policy {directory.name}: get_model failed: {why}") from exc
     spec = {
         "policy": directory.name,
         "ckpt": Path(ckpt).name if ckpt else "",
@@ -265,7 +274,7 @@ def _check_state_copies(policy: LoadedPolicy) -> None:
     try:
         copy.deepcopy(state.value)
     except Exception as exc:
-        raise PolicyError(
+        raise PolicyRefused(
             f"policy {policy.name}: its per-session state (init_state) cannot be copied with "
             f"copy.deepcopy ({type(exc).__name__}: {exc}); the server snapshots the states of a batch "
             "so that a batch it retries one request at a time advances each state once: keep locks, "

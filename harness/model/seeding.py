@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.model.wrapper import PolicyError
+from harness.model.wrapper import PolicyRefused
 
 
 def rng_seed(task: str, task_config: str, seed: int, step: int) -> int:
@@ -46,13 +46,13 @@ def check_batched_seeding(
     declare `deterministic: true` (it draws no random numbers); the error names the wrapper and both fixes."""
     deterministic = usr_args.get("deterministic", False)
     if not isinstance(deterministic, bool):
-        raise PolicyError(
+        raise PolicyRefused(
             f"policy {policy}: setting 'deterministic' must be true or false in {yml} or --set, "
             f"got {deterministic!r}"
         )
     if deterministic or "rng_seeds" in inspect.signature(generate_actions).parameters:
         return
-    raise PolicyError(
+    raise PolicyRefused(
         f"policy {policy}: batched (max_batch in {yml} or --set) but {policy}.generate_actions takes no "
         "rng_seeds, so nothing would seed its random draws per request; add an `rng_seeds` parameter "
         "(one seed per request, e.g. draw from np.random.default_rng(seed)), or, if it draws no random "

@@ -33,9 +33,9 @@ from typing import Any
 
 from harness.config import knobs
 from harness.model.inflight import Busy, InflightBudget, Reservation
-from harness.model.policyload import LoadedPolicy
+from harness.model.policyload import LoadedPolicy, PolicyCallFailed
 from harness.model.requests import decode_request, inflight_budget, next_request
-from harness.model.session import Drop, PolicyFailed, Session
+from harness.model.session import Drop, Session
 from harness.wire import protocol
 from harness.wire.codecs import Codec, JsonCodec
 from harness.wire.errors import PeerClosed, StreamBroken, WireError
@@ -137,7 +137,7 @@ def serve_connection(
             except (Drop, StreamBroken) as exc:
                 _drop(conn, codec, peer, str(exc), faults)
                 return
-            except PolicyFailed as exc:
+            except PolicyCallFailed as exc:
                 faults.policy("policy failed on a request from %s: %s", peer, exc, exc_info=exc.__cause__)
                 reply = protocol.error(str(exc))
             except Exception as exc:  # the client's fault: a WireError, or a check tripping on odd values

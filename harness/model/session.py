@@ -3,10 +3,11 @@ failure is.
 
 A `Session` turns each decoded request into its reply; what it raises decides what the server does
 and logs. `WireError` (or any other exception while a request is checked) is the client's fault:
-answered, logged in one throttled line. `PolicyFailed` wraps an exception the policy raised on a
-well-formed request: answered, and the only failure logged with its traceback. `Drop` ends the
-connection after its error reply. A token-protected server (`token` set) is `locked` until a hello
-with the token: it answers nothing else before that, so an anonymous peer learns nothing.
+answered, logged in one throttled line. `PolicyCallFailed` (`harness.model.policyload`) is a
+policy call that failed on a well-formed request: answered, and the only failure logged with its
+traceback (the policy's, when it raised). `Drop` ends the connection after its error reply. A
+token-protected server (`token` set) is `locked` until a hello with the token: it answers nothing
+else before that, so an anonymous peer learns nothing.
 
 Every session of one `LoadedPolicy` shares its batcher (`harness.model.batcher`): `handle` blocks
 until the batched model call that carries its request is done. A front end calls `close()` when
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from harness.model.policyload import LoadedPolicy, SessionState
+from harness.model.policyload import LoadedPolicy, PolicyCallFailed, SessionState
 from harness.wire import protocol
 from harness.wire.codecs import CODECS, Codec, JsonCodec, get_codec
 from harness.wire.errors import WireError
@@ -42,12 +43,11 @@ class Drop(Exception):
     """End this connection (after an error reply, when one could be sent)."""
 
 
-class PolicyFailed(Exception):
-    """The policy raised on a well-formed request; the policy's exception is the `__cause__`."""
-
-
 @dataclass
-class Episode:
+class SessionEpisode:
+    """The episode this session's client started with its last reset: what each infer of it is
+    answered for (the benchmark's episode is `harness.episode.bench.Episode`, on the sim side)."""
+
     task: str
     task_config: str
     instruction: str
@@ -69,7 +69,7 @@ class Session:
         self.pending_codec: Codec | None = None  # switched to after the hello reply went out in JSON
         self.greeted = False
         self.frame_limit: int | None = None  # after the hello: the observation bound (None: none declared)
-        self.episode: Episode | None = None
+        self.episode: SessionEpisode | None = None
         self.state: SessionState | None = None  # the wrapper's per-session state (made at the first reset)
         self.member = policy.batcher.join()
 
@@ -158,7 +158,7 @@ class Session:
         raise WireError(f"no common codec: client offers {msg['codecs']}, server speaks {sorted(CODECS)}")
 
     def _reset(self, msg: dict[str, Any]) -> dict[str, Any]:
-        self.episode = Episode(msg["task"], msg["task_config"], msg["instruction"], msg["seed"])
+        self.episode = SessionEpisode(msg["task"], msg["task_config"], msg["instruction"], msg["seed"])
         if self.state is None:
             self.state = _policy(self.policy.new_state)
         _policy(self.policy.reset, self.state)
@@ -200,5 +200,7 @@ def observation_frame_limit(client: dict[str, Any], server: dict[str, Any]) -> i
 def _policy(call: Callable[..., T], *args: Any) -> T:
     try:
         return call(*args)
+    except PolicyCallFailed:
+        raise
     except Exception as exc:
-        raise PolicyFailed(f"{type(exc).__name__}: {exc}") from exc
+        raise PolicyCallFailed(f"{type(exc).__name__}: {exc}") from exc

@@ -24,8 +24,9 @@ from harness.config.paths import CODE_ROOT
 MAX_BATCH_WAIT_MS = 1000  # a longer bound would only hide a stalled sim behind every batch
 
 
-class PolicyError(Refused):
-    """A policy that cannot be loaded, or whose output breaks the contract."""
+class PolicyRefused(Refused):
+    """A policy that cannot be loaded as given: the message names the input (its name, a setting, an
+    override, its checkpoint) and what to change. What goes wrong once it runs is `PolicyCallFailed`."""
 
 
 def policy_dir(name: str) -> Path:
@@ -35,9 +36,9 @@ def policy_dir(name: str) -> Path:
     elif re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         path = Path(os.environ.get("EVAL_ROOT") or CODE_ROOT) / "policy" / name
     else:
-        raise PolicyError(f"policy name {name!r}: expected a name under policy/ or a directory path")
+        raise PolicyRefused(f"policy name {name!r}: expected a name under policy/ or a directory path")
     if not (path / "deploy_policy.py").is_file():
-        raise PolicyError(f"policy {name!r}: no deploy_policy.py in {path}")
+        raise PolicyRefused(f"policy {name!r}: no deploy_policy.py in {path}")
     return path
 
 
@@ -45,11 +46,11 @@ def parse_override(item: str) -> tuple[str, Any]:
     """`key=value` with a YAML value (numbers, booleans, lists), so overrides type like the yml."""
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
-        raise PolicyError(f"override {item!r}: expected key=value")
+        raise PolicyRefused(f"override {item!r}: expected key=value")
     try:
         return key.strip(), yaml.safe_load(value)
     except yaml.YAMLError as exc:
-        raise PolicyError(f"override {item!r}: value is not valid YAML: {exc}") from None
+        raise PolicyRefused(f"override {item!r}: value is not valid YAML: {exc}") from None
 
 
 def batch_settings(usr_args: dict[str, Any], yml: Path) -> tuple[int | None, float]:
@@ -57,7 +58,7 @@ def batch_settings(usr_args: dict[str, Any], yml: Path) -> tuple[int | None, flo
     bound in seconds), each checked with an error that names the setting or knob."""
     declared = usr_args.get("max_batch")
     if declared is not None and (not isinstance(declared, int) or isinstance(declared, bool) or declared < 1):
-        raise PolicyError(
+        raise PolicyRefused(
             f"policy {yml.parent.name}: setting 'max_batch' must be an integer >= 1 "
             f"in {yml} or --set, got {declared!r}"
         )
@@ -65,9 +66,9 @@ def batch_settings(usr_args: dict[str, Any], yml: Path) -> tuple[int | None, flo
         cap = knobs.get_int("MODEL_MAX_BATCH", minimum=0)
         wait_ms = knobs.get_float("MODEL_BATCH_WAIT_MS")
     except ValueError as exc:
-        raise PolicyError(str(exc)) from None
+        raise PolicyRefused(str(exc)) from None
     if not 0 <= wait_ms <= MAX_BATCH_WAIT_MS:
-        raise PolicyError(f"knob MODEL_BATCH_WAIT_MS={wait_ms:g}: expected 0 to {MAX_BATCH_WAIT_MS} ms")
+        raise PolicyRefused(f"knob MODEL_BATCH_WAIT_MS={wait_ms:g}: expected 0 to {MAX_BATCH_WAIT_MS} ms")
     if declared is not None and cap:
         declared = min(declared, cap)
     return declared, wait_ms / 1000
@@ -78,7 +79,7 @@ def settings(directory: Path, overrides: list[str] | None) -> tuple[Path, dict[s
     yml = directory / "deploy_policy.yml"
     usr_args = (yaml.safe_load(yml.read_text()) if yml.is_file() else None) or {}
     if not isinstance(usr_args, dict):
-        raise PolicyError(f"{yml}: expected a mapping of settings")
+        raise PolicyRefused(f"{yml}: expected a mapping of settings")
     usr_args.update(parse_override(item) for item in overrides or [])
     return yml, usr_args
 
@@ -100,7 +101,7 @@ def action_conventions(value: Any, yml: Path) -> list[str]:
     """The conventions a wrapper's actions are in (`action_convention`: a name or a list; default ee6d)."""
     names = ["ee6d"] if value is None else [value] if isinstance(value, str) else value
     if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
-        raise PolicyError(f"{yml}: action_convention must be a convention name or a list, got {value!r}")
+        raise PolicyRefused(f"{yml}: action_convention must be a convention name or a list, got {value!r}")
     return names
 
 
@@ -108,11 +109,11 @@ def import_wrapper(directory: Path) -> ModuleType:
     file = directory / "deploy_policy.py"
     spec = importlib.util.spec_from_file_location(f"deploy_policy_{directory.name}", file)
     if spec is None or spec.loader is None:
-        raise PolicyError(f"cannot import {file}")
+        raise PolicyRefused(f"cannot import {file}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # as a normal import would: dataclasses and pickle look it up
     spec.loader.exec_module(module)
     for attr in ("get_model", "encode_obs", "reset_model"):
         if not callable(getattr(module, attr, None)):
-            raise PolicyError(f"{file}: missing function {attr}()")
+            raise PolicyRefused(f"{file}: missing function {attr}()")
     return module

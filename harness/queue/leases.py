@@ -109,7 +109,7 @@ class LeaseQueue:
         skip: Callable[[Unit], bool] | None = None,
     ) -> Lease | None:
         """The next unit to work on, or None when every unit is done, quarantined or skipped (or `stop`).
-        Candidates that `prefer` accepts (a unit whose env the caller already holds) are tried
+        Candidates that `prefer` accepts (a unit whose env the caller already keeps) are tried
         first; the others follow at once: a preference orders the claims, it never waits. A
         candidate that `skip` accepts (its cell was decided early) is never claimed, and counts as
         finished for this queue; `skip` is asked just before each claim attempt."""

@@ -1,7 +1,8 @@
 """Reading the queue without changing it: one listing of the leases dir, and each unit's state.
 
 Apart from `leases` because readers (status displays, the lease CLI) need only this, and a listing
-is a proposal, never a decision: on NFS it can be stale, so claims still go through `mkdir`.
+is a proposal, never a decision: on NFS it can be stale, so claims still go through the atomic
+`rename` (`harness.queue.leases`).
 """
 
 from __future__ import annotations

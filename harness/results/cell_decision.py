@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from harness.config.rundir import RunDir
-from harness.config.stopping import StopRule
+from harness.config.stoprule import StopRule
 from harness.episode.records import RecordKey, is_trial, read_tree
 from harness.queue.units import Unit
 from harness.results.anytime import decision_path, precision_decided

@@ -36,7 +36,7 @@ from harness.config.rundir import RunDir
 from harness.config.stopsignals import StopSignals
 from harness.config.validate import check_node_knobs
 from harness.episode.bench.maniskill_cache import cache_size
-from harness.episode.records import read_tree
+from harness.episode.records import now_iso_microseconds, read_tree
 from harness.queue import slurmjob
 from harness.queue.lease import Lease
 from harness.queue.owner import pid_namespace
@@ -45,11 +45,11 @@ from harness.worker import children, faults, slot_count
 from harness.worker.episode_costs import seed_costs
 from harness.worker.external_server import ExternalServer
 from harness.worker.faults import Fault
-from harness.worker.model_server_process import ModelServerError, ModelServerProcess
+from harness.worker.model_server_process import ModelServerFailed, ModelServerProcess
 from harness.worker.sim_process import read_progress
 from harness.worker.sim_slot import SimSlot, open_slot
 from harness.worker.stopping import CellStopper
-from harness.worker.unit_records import finished_seeds, missing_seeds, now_iso, seeds_written_since
+from harness.worker.unit_records import finished_seeds, missing_seeds, seeds_written_since
 from harness.worker.worklog import WorkerLog
 
 MAX_SERVER_RESTARTS = 3  # a model server that keeps dying stops its worker (exit 1), not the run
@@ -147,7 +147,7 @@ class Worker:
                 raise self.failure
             self.log("no unit left to claim" if not self.stop.is_set() else "stopped")
             return 0
-        except (ModelServerError, faults.BreakerTripped) as exc:
+        except (ModelServerFailed, faults.BreakerTripped) as exc:
             self.log(f"cannot run: {exc}")
             return 1
         except ContractMismatch as exc:
@@ -193,7 +193,7 @@ class Worker:
             if not self.time_for_another(end):
                 slot.log("not enough allocation time left for another unit: stopping")
                 break
-            lease = slot.queue.claim(self.stop, prefer=slot.holds, skip=self.stopper.decided)
+            lease = slot.queue.claim(self.stop, prefer=slot.has_run, skip=self.stopper.decided)
             if lease is None:
                 break
             started = time.monotonic()
@@ -206,7 +206,7 @@ class Worker:
         """One claim: run the unit's missing seeds, then release it, done or not; the unit's records."""
         try:
             return self.run_unit(slot, lease)
-        except (ModelServerError, ContractMismatch):
+        except (ModelServerFailed, ContractMismatch):
             slot.queue.mark(lease, done=False)  # not the unit's fault: no crash counted
             raise
 
@@ -247,7 +247,7 @@ class Worker:
             slot.queue.mark(lease, done=False)
             if self.server.starts - 1 >= MAX_SERVER_RESTARTS:
                 died = self.server.starts - 1
-                raise ModelServerError(f"model server died {died} times: see {self.server.log}")
+                raise ModelServerFailed(f"model server died {died} times: see {self.server.log}")
         elif slot.queue.release_errored(lease, str(fault)):
             log(f"quarantined after {slot.queue.crashes[unit.key]} errored attempts: {fault}", unit)
         else:
@@ -265,7 +265,7 @@ class Worker:
         # a beat before each job: a worker resumed from a freeze learns at once that it lost the lease
         while todo and not self.stop.is_set() and lease.beat():
             info = self.server.ensure(knobs.get_float("MODEL_START_TIMEOUT"))
-            started, since = time.monotonic(), now_iso()
+            started, since = time.monotonic(), now_iso_microseconds()
             stall = knobs.get_float("STALL_TIMEOUT")
             outcome = slot.sim.run(
                 slot.job(self.run.root, unit, todo), self.sim_line_logger(slot, unit), slot.progress,
@@ -274,7 +274,7 @@ class Worker:
             if outcome.returncode == CODE_REFUSED_EXIT and outcome.killed is None:
                 raise ContractMismatch("the sim client refused to run (its log line above says why)", [])
             if slot.sim.alive():
-                slot.held.add((unit.task, unit.task_config))
+                slot.ran.add((unit.task, unit.task_config))
             recorded = seeds_written_since(self.run, unit, info, slot.writer_id, since, todo)
             wall_s = time.monotonic() - started
             slot.settle(self.run, unit, outcome, todo, recorded, info, wall_s)

@@ -27,8 +27,10 @@ from harness.wire.readyfile import read_ready
 from harness.worker import children
 
 
-class ModelServerError(Failed):
-    """The model server could not be started; the message says why and where its log is."""
+class ModelServerFailed(Failed):
+    """The worker cannot have a model server: it could not be started, or it died too often (the
+    worker's restart limit); the message says why and where its log is. A policy the server refuses
+    to load says so in that log (`harness.model.wrapper.PolicyRefused`)."""
 
     def __init__(self, message: str, killed: bool = False) -> None:
         super().__init__(message)
@@ -70,12 +72,12 @@ class ModelServerProcess:
             while not self.alive():
                 try:
                     return self._start(timeout_s)
-                except ModelServerError as exc:
+                except ModelServerFailed as exc:
                     if not exc.killed:
                         raise
                     if attempt >= attempts:
                         why = f"model server died {attempt} times while starting: {exc}"
-                        raise ModelServerError(why) from None
+                        raise ModelServerFailed(why) from None
                     attempt += 1
             return self.info
 
@@ -91,16 +93,16 @@ class ModelServerProcess:
                 why = last_line(self.log)  # a refusing server's own reason, e.g. naming a checkpoint file
                 said = f": {why}" if why else ""
                 message = f"model server exited with {self.proc.returncode}{said} (see {self.log})"
-                raise ModelServerError(message, killed=self.proc.returncode < 0)
+                raise ModelServerFailed(message, killed=self.proc.returncode < 0)
             if time.monotonic() > deadline:
                 children.stop(self.proc)
-                raise ModelServerError(f"model server not ready within {timeout_s:g} s: see {self.log}")
+                raise ModelServerFailed(f"model server not ready within {timeout_s:g} s: see {self.log}")
             time.sleep(0.1)
         try:
             path = self.ready_file
             self.info = json.loads(path.read_text()) if self.sim_listens else read_ready(path)
         except (OSError, ValueError, WireError) as exc:
-            raise ModelServerError(f"model server ready file {self.ready_file}: {exc}") from None
+            raise ModelServerFailed(f"model server ready file {self.ready_file}: {exc}") from None
         return self.info
 
     def stop(self) -> None:

@@ -60,11 +60,11 @@ class SimSlot:
     sim: SimProcess
     log: WorkerLog
     # (task, task_config) of the units its current process ran: its claims prefer those (affinity)
-    held: set[tuple[str, str]] = field(default_factory=set)
+    ran: set[tuple[str, str]] = field(default_factory=set)
 
-    def holds(self, unit: Unit) -> bool:
-        """True when this slot's sim process already ran `unit`'s task and config."""
-        return (unit.task, unit.task_config) in self.held
+    def has_run(self, unit: Unit) -> bool:
+        """True when this slot's sim process already ran `unit`'s task and config (its env is kept)."""
+        return (unit.task, unit.task_config) in self.ran
 
     def settle(
         self, run: RunDir, unit: Unit, outcome: SimOutcome, todo: list[int], recorded: set[int],
@@ -108,12 +108,12 @@ def open_slot(
     `server`."""
     wid = writer_id(worker_log.worker_id, index)
     log = worker_log if index == 0 else WorkerLog(wid)
-    held: set[tuple[str, str]] = set()
+    ran: set[tuple[str, str]] = set()
 
     def started(pid: int) -> None:
-        held.clear()  # a new process holds nothing yet
+        ran.clear()  # a new process has run nothing yet
         log(f"sim process pid {pid} started")
 
     sim = SimProcess(serve_argv(env, server.client_ready_file), env, started)
     queue = open_queue(run, wid, units)
-    return SimSlot(index, wid, queue, tmp / f"progress-{index}.json", sim, log, held)
+    return SimSlot(index, wid, queue, tmp / f"progress-{index}.json", sim, log, ran)

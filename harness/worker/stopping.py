@@ -13,7 +13,7 @@ from __future__ import annotations
 from harness.config.decided import read_marker, write_marker
 from harness.config.manifest import load_manifest
 from harness.config.rundir import RunDir
-from harness.config.stopping import run_rule
+from harness.config.stoprule import run_rule
 from harness.episode.records import RecordKey
 from harness.queue.units import Unit
 from harness.results.cell_decision import (

@@ -6,18 +6,12 @@ from __future__ import annotations
 import json
 import os
 import socket
-from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.config import knobs
 from harness.config.rundir import RunDir
-from harness.episode.records import RecordSet, append_record, read_tree
+from harness.episode.records import RecordSet, append_record, now_iso_microseconds, read_tree
 from harness.queue.units import Unit
-
-
-def now_iso() -> str:
-    """The records' finished_at format (ISO 8601 UTC), comparable as strings."""
-    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def finished_seeds(records: RecordSet, unit: Unit) -> set[int]:
@@ -68,7 +62,7 @@ def errored_record(unit: Unit, seed: int, error: str, info: dict, worker: str, w
         "sim_s": 0.0, "model_s": 0.0, "policy": info.get("policy", knobs.get("POLICY")),
         "ckpt": info.get("ckpt", ""), "host": socket.gethostname(), "worker": worker, "sim_version": "",
         "contract": os.environ.get("EVAL_CONTRACT", ""), "video": None,
-        "finished_at": now_iso(),
+        "finished_at": now_iso_microseconds(),
     }  # fmt: skip
 
 

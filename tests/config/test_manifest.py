@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config import contract, create, fillin, plan
+from harness.config import contract, create, manifest_fillin, plan
 from harness.config import manifest as mf
 from harness.config.fingerprint import SMALL_FILE, fingerprint
 from harness.config.rundir import Cell, RunDir
@@ -215,28 +215,28 @@ def test_hand_edited_manifest_is_rejected(run: Path, queue: Path, env: dict) -> 
 def test_fillin_raises_eval_test_num_under_the_same_contract(run: Path, queue: Path, env: dict) -> None:
     digest = mf.contract_hash(create.create_run(run, queue, env))
     assert plan.planned_seeds(run, env=env)[Cell("kitchen", "pick_cube")] == [100, 101]
-    filled = fillin.record_fillin(run, eval_test_num=4, env=env)
+    filled = manifest_fillin.record_fillin(run, eval_test_num=4, env=env)
     assert mf.contract_hash(filled) == digest
     assert filled.eval_test_num == 4
     assert filled.history[-1]["kind"] == "eval_test_num" and filled.history[-1]["to"] == 4
     assert plan.planned_seeds(run, env=env)[Cell("office", "pick_cube")] == [100, 101, 102, 103]
-    assert len(fillin.record_fillin(run, eval_test_num=4, env=env).history) == len(filled.history)
+    assert len(manifest_fillin.record_fillin(run, eval_test_num=4, env=env).history) == len(filled.history)
     assert contract.verify_environment(run, {**env, "EVAL_TEST_NUM": "4"}) == digest
     with pytest.raises(mf.ManifestError, match="exceeds the seed bank"):
-        fillin.record_fillin(run, eval_test_num=9, env=env)
+        manifest_fillin.record_fillin(run, eval_test_num=9, env=env)
 
 
 def test_fillin_with_a_disjoint_bank(run: Path, queue: Path, env: dict) -> None:
     digest = mf.contract_hash(create.create_run(run, queue, env))
     write_bank(Path(env["BUNDLE"]), "bank2", {u: [200, 201, 202] for u in UNITS})
-    filled = fillin.record_fillin(run, seeds_root="bank2", env=env)
+    filled = manifest_fillin.record_fillin(run, seeds_root="bank2", env=env)
     assert mf.contract_hash(filled) == digest
     assert filled.fillin_banks[0]["eval_test_num"] == 3
     assert plan.planned_seeds(run, env=env)[Cell("kitchen", "stack_cube")] == [100, 101, 200, 201, 202]
     assert contract.verify_environment(run, {**env, "SEEDS_ROOT": "bank2", "EVAL_TEST_NUM": "3"}) == digest
     write_bank(Path(env["BUNDLE"]), "bank3", {u: [104, 300] for u in UNITS})
     with pytest.raises(mf.ContractMismatch, match=r"kitchen pick_cube: seeds \[104\] are also in bank1"):
-        fillin.record_fillin(run, seeds_root="bank3", env=env)
+        manifest_fillin.record_fillin(run, seeds_root="bank3", env=env)
     with pytest.raises(mf.ContractMismatch, match="knob SEEDS_ROOT"):
         contract.verify_environment(run, {**env, "SEEDS_ROOT": "bank3"})
 
@@ -267,8 +267,8 @@ def test_new_run_cli(run: Path, queue: Path, env: dict, tmp_path: Path) -> None:
 def test_planned_seeds_only_ever_grow_at_the_end(run: Path, queue: Path, env: dict) -> None:
     create.create_run(run, queue, env)
     write_bank(Path(env["BUNDLE"]), "bank2", {u: [200, 201] for u in UNITS})
-    fillin.record_fillin(run, seeds_root="bank2", env=env)
-    fillin.record_fillin(run, eval_test_num=4, env=env)
+    manifest_fillin.record_fillin(run, seeds_root="bank2", env=env)
+    manifest_fillin.record_fillin(run, eval_test_num=4, env=env)
     assert plan.planned_seeds(run, env=env)[Cell("kitchen", "pick_cube")] == [100, 101, 200, 201, 102, 103]
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from harness.config.create import create_run
 from harness.config.manifest import ManifestError
-from harness.config.stopping import StopRule, parse_stop_rule
+from harness.config.stoprule import StopRule, parse_stop_rule
 from support.poolkit import make_run, pool_env
 
 

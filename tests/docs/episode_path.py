@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SHELL_FILES = ("slurm/eval_node.sh", "slurm/eval_worker.sh", "env.sh")
 PYTHON_ENTRIES = (
-    "harness/node/cli.py",  # eval_node.sh's decisions
+    "harness/node/steps.py",  # eval_node.sh's decisions
     "harness/worker/loop.py",  # eval_worker.sh's loop
     "scripts/eval_policy_client.py",  # the sim process
     "scripts/policy_model_server.py",  # the model server

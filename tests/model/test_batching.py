@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.model.policyload import PolicyError, load_policy
+from harness.config.failures import Refused
+from harness.model.policyload import PolicyCallFailed, PolicyRefused, load_policy
 from harness.wire.client import PolicyClient
 from harness.wire.errors import RemoteError
 from support.wirekit import REPO, SPEC, client, episode, obs, running_server
@@ -214,13 +215,13 @@ def write_wrapper(root: Path, yml: str, generate_actions: str, extra: str = "") 
 
 def test_a_batched_wrapper_without_rng_seeds_is_refused_naming_it_and_the_fix(tmp_path: Path) -> None:
     unseeded = write_wrapper(tmp_path / "unseeded", "max_batch: 4\n", "def generate_actions(self, proprio):")
-    with pytest.raises(PolicyError) as refused:
+    with pytest.raises(PolicyRefused) as refused:
         load_policy(unseeded)
     message = str(refused.value)
     assert "policy unseeded: batched" in message and "unseeded.generate_actions takes no rng_seeds" in message
     assert "add an `rng_seeds` parameter" in message and "set `deterministic: true`" in message
     assert load_policy(unseeded, "", ["deterministic=true"]).batched
-    with pytest.raises(PolicyError, match="setting 'deterministic' must be true or false"):
+    with pytest.raises(PolicyRefused, match="setting 'deterministic' must be true or false"):
         load_policy(unseeded, "", ["deterministic=yes please"])
     assert not load_policy(unseeded, "", ["max_batch=null"]).batched  # served one per call, seeded
     seeded = write_wrapper(
@@ -234,7 +235,7 @@ def test_a_batched_stateful_wrapper_whose_state_cannot_be_copied_is_refused(tmp_
     wrapper = write_wrapper(
         tmp_path / "locked", "max_batch: 4\n", "def generate_actions(self, proprio, rng_seeds):", extra
     )
-    with pytest.raises(PolicyError, match=r"policy locked: its per-session state \(init_state\) cannot be"):
+    with pytest.raises(PolicyRefused, match=r"policy locked: its per-session state \(init_state\) cannot be"):
         load_policy(wrapper)
 
 
@@ -251,6 +252,18 @@ def test_a_batch_of_the_wrong_size_is_an_error_naming_the_wrapper(tmp_path: Path
             c.ping()  # the connection lives on
         with client(ready) as c:  # and so does the server
             assert c.hello(SPEC)["policy"] == "noisy"
+
+
+def test_a_broken_output_is_a_failed_call_never_a_refused_input() -> None:
+    """Issue 23: an output that breaks the contract at run time is a PolicyCallFailed (its request is
+    answered with the reason, the server stays up), never a PolicyRefused, the error of a policy
+    that cannot be loaded as given (exit 2: fix the input)."""
+    policy = load_policy(NOISY, "", ["extra_rows=1"])
+    policy.reset()
+    broken = r"noisy\.generate_actions returned a batch of 2 chunks"
+    with pytest.raises(PolicyCallFailed, match=broken) as failed:
+        policy.act(obs(), 1, 0, None, None)
+    assert not isinstance(failed.value, Refused)
 
 
 def test_model_max_batch_caps_the_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -290,5 +303,5 @@ def test_bad_batch_settings_name_the_setting(
 ) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    with pytest.raises(PolicyError, match=message):
+    with pytest.raises(PolicyRefused, match=message):
         load_policy(NOISY, "", overrides)

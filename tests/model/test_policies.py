@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.model.policyload import PolicyError, load_policy
+from harness.model.policyload import PolicyRefused, load_policy
 from harness.model.seeding import rng_seed
 from harness.model.wrapper import parse_override
 from harness.wire.errors import RemoteError
@@ -82,7 +82,7 @@ def test_replay_uses_seeds_root_knob(tmp_path: Path, monkeypatch: pytest.MonkeyP
     ],
 )
 def test_load_errors_name_the_input(args: tuple, message: str) -> None:
-    with pytest.raises(PolicyError, match=message):
+    with pytest.raises(PolicyRefused, match=message):
         load_policy(*args)
 
 

@@ -1,4 +1,4 @@
-"""harness.node.cli: the worker plan, code refresh, checkpoint staging, and SIM_PIN on the real sim env."""
+"""harness.node.steps: the worker plan, code refresh, checkpoint staging, and SIM_PIN on the real sim env."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.node import cli as node
 from harness.node import staging
+from harness.node import steps as node
 from harness.node.codesync import code_copy, sync_code
 from harness.node.holds import hold
 from harness.node.staging import StagingError, entries, stage, want
@@ -96,7 +96,7 @@ def test_prepare_stages_checkpoint_and_exports_node_local_paths(
     assert Path(out["CKPT_DIR"]).name == "my-ckpt"  # the checkpoint keeps its name
     assert Path(out["CKPT_DIR"]).is_relative_to(tmp_path / "cache")
     assert (Path(out["CKPT_DIR"]) / "weights.bin").read_bytes() == (ckpt / "weights.bin").read_bytes()
-    assert (Path(out["EVAL_ROOT"]) / "harness" / "node" / "cli.py").is_file()
+    assert (Path(out["EVAL_ROOT"]) / "harness" / "node" / "steps.py").is_file()
     assert out["PYTHONPATH"].split(":")[0] == out["EVAL_ROOT"]
 
 

@@ -94,7 +94,11 @@ def test_the_node_plan_with_no_knob_set_fills_the_allocation_and_says_why() -> N
     )
     env.pop("LOCAL_POOL_NODES", None)
     done = subprocess.run(
-        [sys.executable, "-m", "harness.node.cli", "plan"], env=env, cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "harness.node.steps", "plan"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr
     cores = min(2, len(os.sched_getaffinity(0)))

@@ -1,5 +1,5 @@
 """Task affinity in claiming: a queue tries the units its caller prefers (a task whose env its sim
-process already holds) first, and takes any other unit at once when none of those is free."""
+process already keeps) first, and takes any other unit at once when none of those is free."""
 
 from __future__ import annotations
 

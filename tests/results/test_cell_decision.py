@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from harness.config.stopping import StopRule
+from harness.config.stoprule import StopRule
 from harness.queue.units import split
 from harness.results.anytime import compare_decision, precision_decided
 from harness.results.cell_decision import CAPPED, DECIDED, RUNNING, cell_plans, first_decision, verdict

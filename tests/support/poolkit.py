@@ -34,7 +34,7 @@ def pool_env(run: RunDir, create: bool = True, **extra: str) -> dict[str, str]:
     """The knobs of a fast pool: fake benchmark, sleep policy, no videos, short timeouts. With `create`
     the run is created from its queue.txt under those knobs, as scripts/new_run.py creates it
     (create_run; the same contract again is a no-op): a worker refuses a run dir without run.yaml.
-    A test that raises EVAL_TEST_NUM records the fill-in first (harness.config.fillin)."""
+    A test that raises EVAL_TEST_NUM records the fill-in first (harness.config.manifest_fillin)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(
         RUN_DIR=str(run.root), EVAL_ROOT=str(REPO), PYTHONPATH=str(REPO),

@@ -12,7 +12,7 @@ from pathlib import Path
 from harness.config.decided import marker_path, write_marker
 from harness.config.plan import run_units
 from harness.config.rundir import RunDir
-from harness.config.stopping import parse_stop_rule
+from harness.config.stoprule import parse_stop_rule
 from harness.episode.records import read_tree
 from harness.results.cell_decision import DECIDED, run_verdicts
 from support.poolkit import make_run, pool_env, start_worker, stop_group, wait_for

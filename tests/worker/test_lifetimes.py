@@ -24,7 +24,7 @@ import pytest
 
 from harness.queue.listing import scan
 from harness.worker import children
-from harness.worker.model_server_process import ModelServerError, ModelServerProcess
+from harness.worker.model_server_process import ModelServerFailed, ModelServerProcess
 from support.leftovers import wait_for_no_leftovers
 from support.poolkit import make_run, pool_env, start_worker, stop_group
 from support.wirekit import REPO, model_python, start_server_process
@@ -109,7 +109,8 @@ def test_a_model_server_killed_at_every_start_is_given_up_on_saying_so(
     fake.chmod(0o755)
     monkeypatch.setenv("POLICY", "hold")
     server = ModelServerProcess(tmp_path / "ready.json", tmp_path / "server.log", {"MODEL_PY": str(fake)})
-    with pytest.raises(ModelServerError, match=r"model server died 3 times while starting: .*exited with -9"):
+    died = r"model server died 3 times while starting: .*exited with -9"
+    with pytest.raises(ModelServerFailed, match=died):
         server.ensure(30)
     assert server.starts == 3
 

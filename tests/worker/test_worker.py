@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.fillin import record_fillin
+from harness.config.manifest_fillin import record_fillin
 from harness.config.rundir import RunDir
 from harness.episode.records import read_tree
 from harness.queue import slurmjob

@@ -1,4 +1,5 @@
-"""What the three orchestrator commands share: common flags, run names, error reporting."""
+"""What the three orchestrator commands (sweep, parallel, fillin) share: common flags, progress
+lines, error reporting."""
 
 from __future__ import annotations
 

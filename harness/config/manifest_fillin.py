@@ -1,4 +1,5 @@
-"""Fill-ins: raise a run's EVAL_TEST_NUM, or add a seed bank disjoint from the run's banks.
+"""Fill-ins recorded in the manifest: raise a run's EVAL_TEST_NUM, or add a seed bank disjoint
+from the run's banks. The orchestrator that records one and runs its seeds is `harness.launch.fillin`.
 
 Recorded in the manifest's `history`; the contract hash is unchanged. Idempotent: recording what
 is already recorded changes nothing. Only the new seeds run (resume reads the records).
@@ -17,7 +18,7 @@ from harness.config.manifest import (
     Manifest,
     bank_entry,
     load_manifest,
-    now_iso,
+    now_iso_seconds,
     seed_banks,
     write_manifest,
 )
@@ -54,7 +55,7 @@ def record_fillin(
         manifest.fillin_banks.append({"seeds_root": root, "seeds": seeds, "eval_test_num": n})
         manifest.history.append(
             {
-                "at": now_iso(),
+                "at": now_iso_seconds(),
                 "kind": "seed_bank",
                 "seeds_root": root,
                 "sha256": seeds["sha256"],
@@ -68,7 +69,7 @@ def record_fillin(
         if n <= limit:
             return manifest  # already recorded: re-running a fill-in changes nothing
         manifest.history.append(
-            {"at": now_iso(), "kind": "eval_test_num", "seeds_root": root, "from": limit, "to": n}
+            {"at": now_iso_seconds(), "kind": "eval_test_num", "seeds_root": root, "from": limit, "to": n}
         )
         if root == manifest.knobs["SEEDS_ROOT"]:
             manifest.eval_test_num = n

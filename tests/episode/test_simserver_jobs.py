@@ -1,5 +1,7 @@
-"""The worker ⇄ sim process job protocol (`eval_policy_client.py --serve`): one JSON job line per unit,
-one UNIT_END answer line per job, a bad line answered with a clear error and the process kept."""
+"""The worker ⇄ sim process job protocol (`eval_policy_client.py --serve`), through
+`harness.episode.simserver.serve` in this process: one JSON job line per unit, one UNIT_END answer
+line per job, a bad line answered with a clear error and the process kept. The real process, as a
+worker runs it, is tests/episode/test_simserver.py's."""
 
 from __future__ import annotations
 
