@@ -48,7 +48,7 @@ def pool_env(slurm: dict[str, str], tmp_path: Path, run: str, **extra: str) -> d
     env.update(extra)
     queue = tmp_path / f"{run}.queue.txt"
     queue.write_text("\n".join(UNITS) + "\n")
-    subprocess.run(
+    made = subprocess.run(
         [
             env.get("SIM_PY", str(ROOT / "envs/sim/bin/python")),
             "scripts/new_run.py",
@@ -58,10 +58,12 @@ def pool_env(slurm: dict[str, str], tmp_path: Path, run: str, **extra: str) -> d
         ],
         cwd=ROOT,
         env=env,
-        check=True,
+        check=False,
         capture_output=True,
+        text=True,
         timeout=120,
     )
+    assert made.returncode == 0, f"new_run {run}: exit {made.returncode}\n{made.stdout}{made.stderr}"
     return env
 
 
