@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness.config.create import create_run
-from harness.config.knobs import QUEUE_MODES, contract_knobs, get_choice
+from harness.config.knobs import QUEUE_MODES, contract_knobs, get_choice, get_int
 from harness.config.manifest import Manifest, ManifestError
 from harness.config.paths import bundle_root, resolve_checkpoint
-from harness.config.rundir import read_queue
+from harness.config.rundir import Cell, read_queue
+from harness.config.seedbank import read_bank, resolve_root
 from harness.episode.bench import load_benchmark
 from harness.model.wrapper import PolicyError, policy_dir, stated_conventions
 from harness.wire.errors import WireError
@@ -34,14 +35,38 @@ def check_runnable(queue_file: Path | str, env: Mapping[str, str] = os.environ) 
                 f"{bundle_root(env) / 'checkpoints'} (models load from local directories only)"
             )
         bench = load_benchmark(knobs["BENCHMARK"])
-        for cell in read_queue(Path(queue_file)):
+        cells = read_queue(Path(queue_file))
+        for cell in cells:
             bench.check(cell.task, knobs["BENCH_CONFIG"])
+        seed_space = getattr(bench, "seed_space", None)  # LIBERO: its init-state indices
+        if seed_space is not None:
+            check_seed_space(seed_space, cells, knobs, env)
         applies = getattr(bench, "action_convention", None)  # the hello checks it again, per connection
         if applies is not None:
             emits = stated_conventions(knobs["POLICY"], knobs["POLICY_ARGS"].split())
             check_specs({"action": emits}, {"action": applies})
     except (PolicyError, ValueError, WireError) as exc:
         raise ManifestError(str(exc)) from None
+
+
+def check_seed_space(space: range, cells: list[Cell], knobs: dict[str, str], env: Mapping[str, str]) -> None:
+    """Every seed the run plans (0..EVAL_TEST_NUM-1, or the first EVAL_TEST_NUM of each bank file)
+    must be one the benchmark can build; else a ValueError naming the cell, the seeds and the space."""
+    n = get_int("EVAL_TEST_NUM", env, minimum=1)
+    from_bank = knobs["USE_EVAL_SEEDS"].strip().lower() not in ("0", "false", "no", "off", "")
+    if from_bank:
+        root = resolve_root(knobs["SEEDS_ROOT"], str(bundle_root(env)))
+        planned = {cell: seeds[:n] for cell, seeds in read_bank(root, cells, knobs["BENCH_CONFIG"]).items()}
+    else:
+        planned = {cell: list(range(n)) for cell in cells}
+    source = f"the seed bank {knobs['SEEDS_ROOT']}" if from_bank else f"EVAL_TEST_NUM={n} (USE_EVAL_SEEDS=0)"
+    for cell, seeds in planned.items():
+        outside = [seed for seed in seeds if seed not in space]
+        if outside:
+            raise ValueError(
+                f"unit '{cell.scene} {cell.task}': seed(s) {outside[:5]} from {source} are outside "
+                f"{knobs['BENCHMARK']}'s seeds {space.start}..{space.stop - 1} (LIBERO: init-state indices)"
+            )
 
 
 def new_run(run_dir: Path | str, queue_file: Path | str, env: Mapping[str, str] = os.environ) -> Manifest:
