@@ -160,22 +160,46 @@ class LiberoEpisode:
 
 
 def privileged_state(env: Any, raw: dict[str, Any]) -> dict[str, Any]:
-    """Simulator ground truth: every object's and fixture's pose (xyz + quaternion xyzw), every
-    object region site's position, the end effector, and the BDDL goal as nested lists of names."""
+    """Simulator ground truth: every object's and fixture's pose (xyz + quaternion xyzw) and collision
+    box in its own frame (centre xyz, half sizes xyz), every object region site's position, the end
+    effector, and the BDDL goal as nested lists of names."""
     data = env.sim.data
-    poses = {}
+    poses, boxes = {}, {}
     for name in [*env.objects_dict, *env.fixtures_dict]:
         body = env.obj_body_id[name]
         w, x, y, z = data.body_xquat[body]
         poses[name] = np.concatenate([data.body_xpos[body], [x, y, z, w]]).astype(np.float32)
+        boxes[name] = collision_box(env.sim.model._model, data._data, body)
     sites = {name: np.asarray(data.get_site_xpos(name), np.float32) for name in env.object_sites_dict}
     goal = [list(map(str, predicate)) for predicate in env.parsed_problem["goal_state"]]
     return {
-        "objects": poses, "sites": sites, "goal": goal,
+        "objects": poses, "boxes": boxes, "sites": sites, "goal": goal,
         "eef_pos": np.asarray(raw["robot0_eef_pos"], np.float32),
         "eef_quat": np.asarray(raw["robot0_eef_quat"], np.float32),
         "gripper_qpos": np.asarray(raw["robot0_gripper_qpos"], np.float32),
     }  # fmt: skip
+
+
+def collision_box(model: Any, data: Any, body: int) -> np.ndarray:
+    """The box around the collision geoms of `body` and the bodies below it, in `body`'s frame:
+    centre (3) then half sizes (3), from each geom's own bounding box (MuJoCo's geom_aabb)."""
+    below = {body}
+    for child in range(body + 1, model.nbody):  # MuJoCo numbers a parent before its children
+        if model.body_parentid[child] in below:
+            below.add(child)
+    signs = np.array(np.meshgrid([-1, 1], [-1, 1], [-1, 1])).T.reshape(-1, 3)
+    geoms = [
+        g for g in range(model.ngeom)
+        if model.geom_bodyid[g] in below and (model.geom_contype[g] or model.geom_conaffinity[g])
+    ]  # fmt: skip
+    aabb = model.geom_aabb  # per geom, in its own frame: centre, half sizes
+    corners = [data.geom_xpos[g] + (signs * aabb[g][3:] + aabb[g][:3]) @ data.geom_xmat[g].reshape(3, 3).T
+               for g in geoms]  # fmt: skip
+    if not corners:
+        return np.zeros(6, np.float32)
+    local = (np.concatenate(corners) - data.xpos[body]) @ data.xmat[body].reshape(3, 3)
+    low, high = local.min(axis=0), local.max(axis=0)
+    return np.concatenate([(low + high) / 2, (high - low) / 2]).astype(np.float32)
 
 
 def _upright(image: np.ndarray) -> np.ndarray:
