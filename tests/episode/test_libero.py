@@ -78,6 +78,7 @@ def test_an_episode_observes_like_vla_eval_and_refuses_bad_actions(monkeypatch: 
 
 
 def _new_run(tmp_path: Path, queue_line: str, **knobs: str) -> subprocess.CompletedProcess:
+    tmp_path.mkdir(exist_ok=True)
     (tmp_path / "queue.txt").write_text(queue_line + "\n")
     env = dict(os.environ, PYTHONPATH=str(REPO), EVAL_ROOT=str(REPO), BUNDLE=str(REPO))
     env["RUNS_ROOT"] = str(tmp_path)
@@ -117,3 +118,12 @@ def test_the_oracle_refuses_an_observation_without_privileged_state() -> None:
     expected = r"no privileged_state; run LIBERO with BENCH_PARAMS='\{privileged_state: true\}'"
     with pytest.raises(ValueError, match=expected):
         oracle.encode_obs({"images": {}, "proprio": np.zeros(8)}, oracle.init_state(None))
+
+
+def test_the_vla_eval_bridge_takes_libero_units_and_refuses_init_states_past_49(tmp_path: Path) -> None:
+    bridge = {"BENCHMARK": "vla-eval:vla_eval.benchmarks.libero:LIBEROBenchmark", "BENCH_CONFIG": "clean"}
+    bridge["BENCH_PARAMS"] = "{suite: libero_object}"
+    created = _new_run(tmp_path, f"libero {TASK}", **bridge, EVAL_TEST_NUM="50")
+    assert created.returncode == 0, created.stderr  # the sentence-named unit passes the queue file
+    refused = _new_run(tmp_path / "again", f"libero {TASK}", **bridge, EVAL_TEST_NUM="51")
+    assert refused.returncode == 2 and "seed(s) [50] from EVAL_TEST_NUM=51" in refused.stderr
