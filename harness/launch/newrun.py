@@ -65,7 +65,7 @@ def check_seed_space(space: range, cells: list[Cell], knobs: dict[str, str], env
         if outside:
             raise ValueError(
                 f"unit '{cell.scene} {cell.task}': seed(s) {outside[:5]} from {source} are outside "
-                f"{knobs['BENCHMARK']}'s seeds {space.start}..{space.stop - 1} (LIBERO: init-state indices)"
+                f"the seeds {knobs['BENCHMARK']} can build, {space.start}..{space.stop - 1}"
             )
 
 
