@@ -41,6 +41,7 @@ def measure_step(renderer: str, size: int, steps: int, frames: int) -> dict[str,
     """ms per env step and per agentview frame, in this (fresh) process."""
     os.environ["BENCH_PARAMS"] = json.dumps({"render": renderer, "image_size": size})
     from harness.episode.bench.libero import LiberoBenchmark
+    from harness.episode.bench.libero_suite import find_task
 
     bench = LiberoBenchmark()
     task = bench.tasks()[0]
@@ -52,7 +53,7 @@ def measure_step(renderer: str, size: int, steps: int, frames: int) -> dict[str,
     for _ in range(steps):
         episode.apply(zero)
     step_ms = 1000 * (time.perf_counter() - t) / steps
-    sim = bench.env_for(bench._env_task).env.sim
+    sim = bench.env_for(find_task(SUITE, task)).env.sim  # the episode's env, kept
     t = time.perf_counter()
     for _ in range(frames):
         sim.render(camera_name="agentview", width=size, height=size)

@@ -106,7 +106,7 @@ class LiberoBenchmark:
 
 class LiberoEpisode:
     def __init__(self, bench: LiberoBenchmark, task: LiberoTask, seed: int) -> None:
-        self._bench, self._task = bench, task
+        self._bench = bench
         self.instruction = task.instruction
         self.step_limit = bench.params.max_steps or STEP_LIMITS[task.suite]
         self.action_dim = ACTION_DIM
