@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -127,3 +128,19 @@ def test_the_vla_eval_bridge_takes_libero_units_and_refuses_init_states_past_49(
     assert created.returncode == 0, created.stderr  # the sentence-named unit passes the queue file
     refused = _new_run(tmp_path / "again", f"libero {TASK}", **bridge, EVAL_TEST_NUM="51")
     assert refused.returncode == 2 and "seed(s) [50] from EVAL_TEST_NUM=51" in refused.stderr
+
+
+@pytest.mark.sim
+def test_a_sim_process_exits_without_egl_tracebacks(tmp_path: Path) -> None:
+    script = (
+        "from harness.episode.bench import load_benchmark\n"
+        "bench = load_benchmark('libero')\n"
+        f"bench.make_episode({TASK!r}, {SUITE!r}, 0).close()\n"
+        "print('built')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO), BENCH_PARAMS="{image_size: 32}")
+    env.pop("ACTION_CONVENTION", None)
+    argv = [sys.executable, "-c", script]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "built" in done.stdout, done.stderr[-2000:]
+    assert "Exception ignored" not in done.stderr and "EGLError" not in done.stderr, done.stderr[-2000:]

@@ -64,7 +64,7 @@ class LiberoBenchmark:
         self.cameras = ["agentview", "wrist"] if self.params.wrist_image else ["agentview"]
         self._env: Any = None  # the last task's env, kept for its next seeds (as vla-eval does)
         self._env_task: LiberoTask | None = None
-        atexit.register(self.close_env)  # robosuite's EGL context complains when left to __del__
+        self._closes_at_exit = False
 
     def tasks(self) -> list[str]:
         return list(suite_tasks(knobs.get("BENCH_CONFIG")))
@@ -95,6 +95,9 @@ class LiberoBenchmark:
             )  # fmt: skip
             env.seed(ENV_SEED)
             self._env, self._env_task = env, task
+            if not self._closes_at_exit:  # after robosuite's own exit hook (eglTerminate), so it runs first:
+                atexit.register(self.close_env)  # a context left to __del__ prints EGLError tracebacks
+                self._closes_at_exit = True
         return self._env
 
     def close_env(self) -> None:
