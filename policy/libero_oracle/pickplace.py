@@ -15,7 +15,7 @@ and lets go just above the region. A grasp that closes on nothing goes back to t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,16 +52,13 @@ class Plan:
     hold_quat: np.ndarray | None = None
     last_eef: np.ndarray | None = None
     hang: float = 0.0
-    log: list[str] = field(default_factory=list)
 
     def restart(self) -> None:
         """A new episode: from the approach, with the orientation of its first step."""
         self.phase, self.steps, self.hold_quat, self.last_eef, self.hang = "approach", 0, None, None, 0.0
-        self.log.clear()
 
     def enter(self, phase: str) -> None:
         self.phase, self.steps = phase, 0
-        self.log.append(phase)
 
 
 @dataclass(frozen=True)
