@@ -62,6 +62,9 @@ class Benchmark(Protocol):
     def expert(self, task: str, bench_config: str, seed: int) -> ExpertResult: ...
 
 
+NAMED = {"libero": "harness.episode.bench.libero:LiberoBenchmark"}  # loaded by name, like any plug-in
+
+
 def load_benchmark(spec: str) -> Benchmark:
     """`maniskill` (the embedded default), `libero`, `vla-eval:module.path:ClassName` (a vla-eval
     StepBenchmark, constructed with BENCH_PARAMS) or `module.path:ClassName`; a bad spec is a clear error."""
@@ -69,10 +72,7 @@ def load_benchmark(spec: str) -> Benchmark:
         from harness.episode.bench.maniskill import ManiSkillBenchmark
 
         return ManiSkillBenchmark()
-    if spec == "libero":
-        from harness.episode.bench.libero import LiberoBenchmark
-
-        return LiberoBenchmark()
+    spec = NAMED.get(spec, spec)
     if spec.startswith("vla-eval:"):
         from harness.episode.bench.vlaeval import PREFIX, VlaEvalBenchmark
 

