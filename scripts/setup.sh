@@ -37,6 +37,19 @@ if [ ! -f "$STAMPS/apt-nfs.$nfs_stamp" ]; then
   touch "$STAMPS/apt-nfs.$nfs_stamp"
 fi
 
+# LIBERO renders through MuJoCo on Mesa's software rasterizer: EGL (the default) or OSMesa
+# (BENCH_PARAMS render: osmesa), from bookworm-backports like the Vulkan driver so Mesa's parts match.
+GL_PACKAGES=(libegl1 libegl-mesa0 libgl1-mesa-dri libosmesa6)
+gl_stamp="$(echo "${GL_PACKAGES[*]}" | sha256sum | cut -c1-16)"
+if [ ! -f "$STAMPS/apt-gl.$gl_stamp" ]; then
+  log "Debian packages for LIBERO's CPU rendering: ${GL_PACKAGES[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends -t bookworm-backports "${GL_PACKAGES[@]}" >/dev/null
+  rm -f "$STAMPS/apt-gl".*
+  touch "$STAMPS/apt-gl.$gl_stamp"
+fi
+
 make_env() {  # make_env NAME: requirements/NAME.txt (what we ask for) + NAME.lock (pinned versions)
   local name="$1" dir="$ENVS_ROOT/$1" req="$EVAL_ROOT/requirements/$1"
   local stamp; stamp="$(cat "$req.txt" "$req.lock" | sha256sum | cut -c1-16)"

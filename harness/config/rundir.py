@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.queue.units import safe_key
+from harness.queue.units import path_part, safe_key
 
 
 class QueueFileError(ValueError):
@@ -30,7 +30,9 @@ def task_config_name(scene: str, bench_config: str) -> str:
 
 
 def read_queue(path: Path) -> list[Cell]:
-    """Parse a queue file: one `<scene> <task>` a line; blank lines and `#` comments ignored."""
+    """Parse a queue file: one `<scene> <task>` a line, the scene its first field and the task the
+    rest of the line, trimmed (a task may be a sentence: LIBERO's are their instructions); blank
+    lines and `#` comments ignored."""
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
@@ -41,12 +43,10 @@ def read_queue(path: Path) -> list[Cell]:
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        fields = line.split()
+        fields = line.split(None, 1)
         if len(fields) != 2:
-            raise QueueFileError(
-                f"{path}:{number}: expected '<scene> <task>', got {raw.strip()!r} ({len(fields)} fields)"
-            )
-        cell = Cell(*fields)
+            raise QueueFileError(f"{path}:{number}: expected '<scene> <task>', got {raw.strip()!r} (no task)")
+        cell = Cell(fields[0], fields[1].strip())
         if cell in seen:
             raise QueueFileError(f"{path}:{number}: duplicate unit {raw.strip()!r}")
         seen.add(cell)
@@ -88,8 +88,9 @@ class RunDir:
         return self.root / "decided"
 
     def result_dir(self, task: str, policy: str, task_config: str, ckpt: str) -> Path:
-        """Where the episode records and videos of one (task, task_config) of one model live."""
-        return self.results / task / policy / task_config / (ckpt or "default")
+        """Where the episode records and videos of one (task, task_config) of one model live (the
+        task and task_config through `path_part`: a task named by a sentence is one directory)."""
+        return self.results / path_part(task) / policy / path_part(task_config) / (ckpt or "default")
 
     def metrics_file(self, task: str, policy: str, task_config: str, ckpt: str, writer: str) -> Path:
         """The metrics file of one writer: no two processes ever append to the same file."""

@@ -1,4 +1,5 @@
-"""Seed banks: `<SEEDS_ROOT>/<task>/<task_config>.txt`, space-separated pre-validated episode seeds.
+"""Seed banks: `<SEEDS_ROOT>/<task>/<task_config>.txt`, space-separated pre-validated episode seeds
+(the names through `harness.queue.units.path_part`, as result dirs write them).
 
 One place that says where a unit's bank file is, how it is parsed and which seeds a unit plans to
 run, so the manifest, the orchestrators and the sim side agree on them.
@@ -11,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from harness.config.rundir import Cell, task_config_name
+from harness.queue.units import path_part
 
 
 class SeedBankError(ValueError):
@@ -29,7 +31,7 @@ def uses_bank(use_eval_seeds: str) -> bool:
 
 
 def bank_file(root: Path, cell: Cell, bench_config: str) -> Path:
-    return root / cell.task / f"{task_config_name(cell.scene, bench_config)}.txt"
+    return root / path_part(cell.task) / f"{path_part(task_config_name(cell.scene, bench_config))}.txt"
 
 
 def read_bank_file(path: Path) -> list[int]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness.config.checkpoint import checkpoint_problems, needs_problem
 from harness.config.create import create_run
-from harness.config.knobs import contract_knobs
+from harness.config.knobs import contract_knobs, get_int
 from harness.config.knobtypes import run_name_problem
 from harness.config.manifest import Manifest, ManifestError
 from harness.config.paths import bundle_root, resolve_checkpoint
@@ -89,14 +89,21 @@ def _convention_problems(bench: Benchmark, knobs: Mapping[str, str]) -> list[str
 def _seed_problems(
     bench: Benchmark, cells: list[Cell], knobs: Mapping[str, str], env: Mapping[str, str]
 ) -> list[str]:
+    space = getattr(bench, "seed_space", None)  # e.g. LIBERO's init-state indices 0..49
     if not uses_bank(knobs["USE_EVAL_SEEDS"]):
-        return []
+        n = get_int("EVAL_TEST_NUM", env, minimum=1)
+        outside = [seed for seed in range(n) if space is not None and seed not in space]
+        return [
+            f"unit '{cell.scene} {cell.task}': seed(s) {outside[:5]} from EVAL_TEST_NUM={n} "
+            f"(USE_EVAL_SEEDS=0) are outside the seeds {knobs['BENCHMARK']} can build, "
+            f"{space.start}..{space.stop - 1}"
+            for cell in cells
+        ] if outside and space is not None else []
     root = resolve_root(knobs["SEEDS_ROOT"], str(bundle_root(env)))
     try:
         bank = read_bank(root, cells, knobs["BENCH_CONFIG"])
     except SeedBankError as exc:
         return [str(exc)]
-    space = getattr(bench, "seed_space", None)
     if space is None:
         return []
     return seeds_outside(root, bank, knobs["BENCH_CONFIG"], space, knobs["BENCHMARK"])

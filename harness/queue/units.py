@@ -3,9 +3,12 @@
 A unit is what one lease covers. Slices keep the last minutes of a run from being one worker
 grinding through a whole cell while the others idle. A unit's key names its cell and its seed index
 range in the plan (`<scene>__<task>__<lo>-<hi>`), so raising EVAL_TEST_NUM makes new keys for the new
-seeds and never reuses a finished unit's key for a different seed set. Which seeds a cell plans is
-the run's business (`harness.config.plan`); here a unit is only a key, its seeds, and the seconds
-it is expected to take, where earlier records tell (its `rank` orders claims: longest first).
+seeds and never reuses a finished unit's key for a different seed set. Names go into keys and result
+paths through `path_part`: a reversible percent-encoding, so a task named by a whole sentence with
+quotes or slashes (LIBERO's) stays one readable path component and never collides with another.
+Which seeds a cell plans is the run's business (`harness.config.plan`); here a unit is only a key,
+its seeds, and the seconds it is expected to take, where earlier records tell (its `rank` orders
+claims: longest first).
 
 `UNIT_SEEDS=auto` (`auto_unit_seeds`) is resolved once, when the run is created, and frozen as the
 number: the largest slice that still gives each expected slot UNITS_PER_SLOT units, so the run's
@@ -17,17 +20,28 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import string
 from dataclasses import dataclass, field
 from functools import cached_property
 
 _KEY_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_PATH_SAFE = frozenset(string.ascii_letters + string.digits + "._ -")
+KEY_MAX = 200  # bytes of a lease dir name (NAME_MAX is 255: room for the queue's suffixes)
 AUTO = "auto"
 UNITS_PER_SLOT = 8  # auto: units per expected slot; the tail is about one unit of a slot's 8 or more
 
 
 def safe_key(text: str) -> str:
-    """A file-name-safe rendering of `text` (lease dir names, metrics file writer ids)."""
+    """A file-name-safe rendering of `text` (metrics file writer ids)."""
     return _KEY_UNSAFE.sub("-", text)
+
+
+def path_part(name: str) -> str:
+    """`name` as one path component, reversibly (`urllib.parse.unquote` gives it back): every character
+    outside [A-Za-z0-9._ -], and a leading '.', percent-encoded as UTF-8 bytes. Identity for the
+    plain names (ManiSkill's tasks), so their paths and keys are what they always were."""
+    encoded = "".join(c if c in _PATH_SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in name)
+    return "%2E" + encoded[1:] if encoded.startswith(".") else encoded
 
 
 @dataclass(frozen=True)
@@ -48,12 +62,16 @@ class Unit:
 
     @cached_property
     def key(self) -> str:
-        """The lease-dir name: readable, file-name-safe, unique even if sanitising collides."""
-        raw = f"{self.scene}__{self.task}__{self.lo}-{self.hi}"
-        key = safe_key(raw).lstrip(".") or "unit"
-        if key != raw:
-            key += "." + hashlib.sha1(raw.encode()).hexdigest()[:8]
+        """The lease-dir name: the cell's names through `path_part`, then the seed range; a key over
+        KEY_MAX bytes is cut and made unique by a hash of the whole."""
+        key = f"{path_part(self.scene)}__{path_part(self.task)}__{self.lo}-{self.hi}"
+        if len(key.encode()) > KEY_MAX:
+            key = key.encode()[: KEY_MAX - 9].decode(errors="ignore") + "." + _digest(key)
         return key
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
 
 
 def split(

@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.config.paths import run_dir
 from harness.episode.records import record_key
+from harness.queue.units import path_part
 from harness.results import ResultsError
 from harness.results.adaptive import load_adaptive
 from harness.results.aggregate import Summary, summarize
@@ -101,8 +102,8 @@ def _write(
     }
     header = f"model: {options.model}\nrun: {loaded.run.root}\ncontract: {summary.contract}\n"
     for scene in summary.scenes:
-        (out / scene.name).mkdir(parents=True, exist_ok=True)
-        (out / scene.name / "results.txt").write_text(scene_text(scene, header))
+        (out / path_part(scene.name)).mkdir(parents=True, exist_ok=True)
+        (out / path_part(scene.name) / "results.txt").write_text(scene_text(scene, header))
     (out / "results.txt").write_text(total_text(summary, header))
     (out / "results.csv").write_text(to_csv(summary))
     (out / "results.json").write_text(to_json(summary, meta))

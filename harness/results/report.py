@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import os
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,8 @@ def _strip(task: TaskResult, videos: dict[EpisodeKey, Path], report_dir: Path) -
         if video is None:
             tiles.append(f"<span {attrs}>{label}</span>")
         else:
-            href = html.escape(os.path.relpath(video, report_dir))
+            # a URL, not a path: a '%' of a percent-encoded task dir must reach the browser as %25
+            href = html.escape(urllib.parse.quote(os.path.relpath(video, report_dir)))
             tiles.append(f'<a {attrs} href="{href}">{label}</a>')
     return f"<div class=strip>{''.join(tiles)}</div>"
 

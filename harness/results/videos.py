@@ -1,7 +1,8 @@
 """Episode videos: where a record's video lies in the run dir, and the per-model video tree.
 
-The tree (`<out>/<scene>/<task>/seed<N>.mp4`) is made of relative symlinks by default, so it costs no
-space and survives moving $RUNS_ROOT as a whole; `copy` makes a tree that stands alone.
+The tree (`<out>/<scene>/<task>/seed<N>.mp4`, the names through `path_part` as in the run dir) is made
+of relative symlinks by default, so it costs no space and survives moving $RUNS_ROOT as a whole;
+`copy` makes a tree that stands alone.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.rundir import RunDir
+from harness.queue.units import path_part
 from harness.results.load import EpisodeKey, episode_key, scene_of
 
 VIDEO_MODES = ("link", "copy", "none")
@@ -33,8 +35,8 @@ def source_video(run: RunDir, record: dict[str, Any]) -> Path | None:
 
 
 def tree_path(out: Path, record: dict[str, Any]) -> Path:
-    """Where the organized tree puts a record's video."""
-    return out / scene_of(record) / record["task"] / f"seed{int(record['seed'])}.mp4"
+    """Where the organized tree puts a record's video (names through `path_part`, as in the run dir)."""
+    return out / path_part(scene_of(record)) / path_part(record["task"]) / f"seed{int(record['seed'])}.mp4"
 
 
 def place(source: Path, target: Path, mode: str) -> None:

@@ -77,7 +77,7 @@ def _edit_run_yaml(tmp: Path) -> None:
 
 
 def _bad_queue(tmp: Path) -> None:
-    (tmp / "runs" / "r" / "queue.txt").write_text(UNITS + "s3 t1 extra\n")
+    (tmp / "runs" / "r" / "queue.txt").write_text(UNITS + "s3\n")  # a scene without a task
 
 
 def _no_bank(tmp: Path) -> None:

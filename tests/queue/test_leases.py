@@ -232,7 +232,7 @@ def test_units_slices_and_missing_seeds(tmp_path: Path) -> None:
     units = split("s", "t", "s_clean", [5, 6, 7, 8, 9], 2)
     assert [u.seeds for u in units] == [(5, 6), (7, 8), (9,)]
     assert [u.key for u in units] == ["s__t__0-2", "s__t__2-4", "s__t__4-5"]
-    assert Unit("a b", "t", "c", 0, 1, (1,)).key.startswith("a-b__t__0-1.")
+    assert Unit("a b", "t/u", "c", 0, 1, (1,)).key == "a b__t%2Fu__0-1"  # names percent-encoded, reversibly
     unit = split("s", "t", "s_clean", [1, 2, 3, 4], 0)[0]
     base = {"task": "t", "scene": "s", "task_config": "s_clean", "success": False, "hard_success": False}
     base |= {k: None for k in ("steps", "wall_s", "sim_s", "model_s", "policy", "ckpt", "host", "worker")}

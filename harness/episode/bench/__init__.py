@@ -4,9 +4,10 @@ A benchmark adapter turns `(task, bench_config, seed)` into an `Episode` the sim
 action at a time, in the convention its spec's `action` names (an episode may offer
 `smoothed_dims(smooth_rot)`, the indices ACTION_SMOOTH touches; else ee6d's are used); `expert` solves
 an episode so seed banks can be pre-validated. The embedded default is ManiSkill3
-(`harness.episode.bench.maniskill`); a vla-eval `StepBenchmark` runs through
-`harness.episode.bench.vlaeval` (`vla-eval:module.path:ClassName`); any class with this shape plugs
-in by `module.path:ClassName` (BENCHMARK knob), which is how tests swap in fast doubles.
+(`harness.episode.bench.maniskill`); LIBERO is `libero` (`harness.episode.bench.libero`); a vla-eval
+`StepBenchmark` runs through `harness.episode.bench.vlaeval` (`vla-eval:module.path:ClassName`); any
+class with this shape plugs in by `module.path:ClassName` (BENCHMARK knob), which is how tests swap in
+fast doubles.
 Contract: docs/contracts.md.
 """
 
@@ -62,13 +63,17 @@ class Benchmark(Protocol):
     def expert(self, task: str, bench_config: str, seed: int) -> ExpertResult: ...
 
 
+NAMED = {"libero": "harness.episode.bench.libero:LiberoBenchmark"}  # loaded by name, like any plug-in
+
+
 def load_benchmark(spec: str) -> Benchmark:
-    """`maniskill` (the embedded default), `vla-eval:module.path:ClassName` (a vla-eval StepBenchmark,
-    constructed with BENCH_PARAMS) or `module.path:ClassName`; a bad spec is a clear error."""
+    """`maniskill` (the embedded default), `libero`, `vla-eval:module.path:ClassName` (a vla-eval
+    StepBenchmark, constructed with BENCH_PARAMS) or `module.path:ClassName`; a bad spec is a clear error."""
     if spec == "maniskill":
         from harness.episode.bench.maniskill import ManiSkillBenchmark
 
         return ManiSkillBenchmark()
+    spec = NAMED.get(spec, spec)
     if spec.startswith("vla-eval:"):
         from harness.episode.bench.vlaeval import PREFIX, VlaEvalBenchmark
 
@@ -76,7 +81,7 @@ def load_benchmark(spec: str) -> Benchmark:
     module_name, sep, class_name = spec.partition(":")
     if not sep or not module_name or not class_name:
         raise ValueError(
-            f"BENCHMARK={spec!r}: expected 'maniskill', 'vla-eval:module.path:ClassName' "
+            f"BENCHMARK={spec!r}: expected 'maniskill', 'libero', 'vla-eval:module.path:ClassName' "
             "or 'module.path:ClassName'"
         )
     try:

