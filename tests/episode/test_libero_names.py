@@ -93,7 +93,7 @@ def test_sentence_task_names_round_trip_through_a_real_run_and_its_report(tmp_pa
     # one directory per task under eval_result, named reversibly
     assert sorted(urllib.parse.unquote(p.name) for p in run.results.iterdir()) == sorted(ODD_TASKS)
     leases = [p.name for p in run.leases.iterdir() if p.is_dir()]
-    assert sorted(urllib.parse.unquote(key.split("__")[1]) for key in leases) == sorted(ODD_TASKS)
+    assert sorted({urllib.parse.unquote(key.split("__")[1]) for key in leases}) == sorted(ODD_TASKS)
     # the report: every name in the tables, every video link resolves to its file
     out = tmp_path / "report"
     organize(Options(str(run.root), "sleep", out, "link"), lambda _: None)
