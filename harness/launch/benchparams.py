@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from harness.config.knobtypes import mapping_problem
+from harness.episode.bench import NAMED
 from harness.episode.bench.vlaeval import PREFIX
 
 SEQUENCES = (list, tuple, set, frozenset, collections.abc.Sequence)
@@ -27,6 +28,8 @@ MAPPINGS = (dict, collections.abc.Mapping)
 
 def params_problems(benchmark: str, text: str) -> list[str]:
     """One line per problem of BENCH_PARAMS=`text` for BENCHMARK=`benchmark`."""
+    if benchmark in NAMED:  # a named adapter (libero) parses its own BENCH_PARAMS when it is built
+        return []
     if not benchmark.startswith(PREFIX):
         if text.strip():
             return [f"knob BENCH_PARAMS={text!r}: only a vla-eval benchmark takes parameters, "
