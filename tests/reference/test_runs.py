@@ -45,7 +45,10 @@ def metrics(run: Path) -> list[dict]:
     ]
 
 
-def test_a_truncated_checkpoint_stops_the_pool_before_any_episode(tmp_path: Path) -> None:
+def test_a_truncated_checkpoint_is_refused_before_the_run_is_created(tmp_path: Path) -> None:
+    """Run creation reads the safetensors header against the file's size (no torch): a truncated
+    checkpoint is one line naming the file, exit 2, and no run dir is written, so no pool ever
+    starts a model server on it."""
     (tmp_path / "bank" / "t1").mkdir(parents=True)
     (tmp_path / "bank" / "t1" / "s1_clean.txt").write_text("0 1")
     (tmp_path / "queue.txt").write_text("s1 t1\n")
@@ -56,13 +59,13 @@ def test_a_truncated_checkpoint_stops_the_pool_before_any_episode(tmp_path: Path
         tmp_path, STUDY_RUN="r", CKPT_NAME="bad", BENCHMARK="tests.support.fastbench:FastBench",
         SEEDS_ROOT="bank", EVAL_TEST_NUM="2", FASTBENCH_STEPS="2", FASTBENCH_STEP_MS="2",
     )  # fmt: skip
-    done = run_pool(env, tmp_path / "queue.txt")
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "model server exited with 2" in done.stderr and "Traceback" not in done.stdout + done.stderr
-    assert "model.safetensors: corrupt or truncated safetensors file" in done.stderr  # the reason, relayed
-    server_logs = "".join(p.read_text() for p in (tmp_path / "runs" / "r" / "logs").glob("server-*.log"))
-    assert "model.safetensors: corrupt or truncated safetensors file" in server_logs
-    assert metrics(tmp_path / "runs" / "r") == []
+    sim_py = env.get("SIM_PY", str(REPO / "envs" / "sim" / "bin" / "python"))
+    cmd = [sim_py, str(REPO / "scripts" / "new_run.py"), "r", "--queue", str(tmp_path / "queue.txt")]
+    made = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert made.returncode == 2, made.stdout + made.stderr
+    assert f"{weights}: truncated or corrupt safetensors file" in made.stderr
+    assert "Traceback" not in made.stdout + made.stderr
+    assert not (tmp_path / "runs" / "r" / "run.yaml").exists()
 
 
 @pytest.mark.sim
