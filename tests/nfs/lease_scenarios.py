@@ -103,7 +103,9 @@ def _hold(run: RunDir, worker: str, hostname: str | None, ready: Path, result: P
     queue = open_queue(run, worker)
     lease = queue.claim()
     assert lease is not None, "nothing to claim"
-    ready.write_text(lease.unit.key)
+    staged = ready.with_name(ready.name + ".tmp")  # renamed whole: the host never reads a half-written key
+    staged.write_text(lease.unit.key)
+    os.replace(staged, ready)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and not lease.lost.is_set():
         time.sleep(0.05)
