@@ -30,14 +30,22 @@ from typing import Any
 from harness.queue.owner import start_ticks
 
 _PR_SET_PDEATHSIG = 1
+_SIG_DFL = 0
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _prctl = _libc.prctl
+_signal = _libc.signal
+_signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+_signal.restype = ctypes.c_void_p
 
 
 def _die_with_parent(sig: int) -> Callable[[], None]:
     parent = os.getpid()
 
     def setup() -> None:  # runs in the child between fork and exec: keep it to plain syscalls
+        # The forked child still has its parent's handler for `sig` (the worker's SIGTERM flag)
+        # until exec: a parent-death signal landing before exec would be caught there and lost,
+        # and the child would exec and serve on, orphaned. So `sig` kills from here on.
+        _signal(sig, _SIG_DFL)
         _prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
         if os.getppid() != parent:  # the parent died before prctl took effect
             os.kill(os.getpid(), sig)

@@ -3,7 +3,9 @@
 - A child started from a thread that then ends stays up: the kernel's parent-death signal fires when
   the *spawning thread* exits, so every child is spawned from one thread that lives as long as the
   process (a restarted model server must not die with the slot thread that restarted it).
-- A child still dies with its process (SIGKILLed: no cleanup ran), whichever thread spawned it.
+- A child still dies with its process (SIGKILLed: no cleanup ran), whichever thread spawned it,
+  even when that death comes between the child's fork and its exec, where it still has the
+  parent's SIGTERM handler (a model server orphaned so was seen in CI's NFS chaos run).
 - A model server (re)started by a slot's thread serves on after that thread ends.
 - A model server, and a worker, under a burst of SIGTERMs (a multi-threaded parent's death can send
   several) exit promptly with 0: their handlers only raise a flag; nothing they do can block on a lock.
@@ -145,6 +147,28 @@ def test_children_die_with_their_sigkilled_process(tmp_path: Path) -> None:
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+CAUGHT_BEFORE_EXEC = """
+import os, signal, sys, time
+from harness.worker import children
+signal.signal(signal.SIGTERM, lambda signum, frame: None)  # the worker's own handler only raises a flag
+pid = os.fork()
+if pid == 0:  # what a child runs between fork and exec, then the parent-death signal lands
+    children._die_with_parent(signal.SIGTERM)()
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(1)
+    os._exit(0)  # it got past the signal: it would have exec'd and served on, orphaned
+print(os.waitpid(pid, 0)[1], flush=True)
+"""
+
+
+def test_a_death_signal_between_fork_and_exec_is_not_caught_by_the_parents_handler() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", CAUGHT_BEFORE_EXEC], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    status = int(out.stdout)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, f"wait status {status}"
 
 
 def _storm(proc: subprocess.Popen) -> None:

@@ -2,18 +2,21 @@
 requests) and returns zeros, so queue and worker tests exercise a real model server without a model.
 
 SLEEP_POLICY_DIE_ONCE=<path>: the first server to load (the one that creates <path>) exits on its
-own as soon as a sim client for it has taken its first job (seen blocked reading its stdin, then
-not), holding that client stopped for 0.5 s so it dials only after the death: the worker checked
-the server alive, then it died, leaving a stale ready file.
+own as soon as a sim client for it has taken its first job (seen blocked reading its stdin, or
+with the job waiting there, then neither), holding that client stopped for 0.5 s so it dials only
+after the death: the worker checked the server alive, then it died, leaving a stale ready file.
 SLEEP_POLICY_DIE_AT_SEED=<path>:<seed>: the first server to see an observation of <seed> (and create
 <path>) exits there, mid-episode."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from pathlib import Path
@@ -42,7 +45,7 @@ def _exit_once_a_client_has_its_job() -> None:
         time.sleep(0.005)
     waiting = False
     while True:  # no sleep: the client dials about a millisecond after it reads its job
-        if _reading_stdin(pid):
+        if _reading_stdin(pid) or _stdin_pending(pid):
             waiting = True
         elif waiting:
             os.kill(int(pid), signal.SIGSTOP)
@@ -68,6 +71,21 @@ def _reading_stdin(pid: str) -> bool:
         return Path(f"/proc/{pid}/syscall").read_text().split()[:2] == ["0", "0x0"]
     except OSError:
         return False
+
+
+def _stdin_pending(pid: str) -> bool:
+    """Bytes wait in the process's stdin pipe: its job came before it first read (its imports were
+    slower than the server's load), so it is never seen blocked reading that job."""
+    try:
+        fd = os.open(f"/proc/{pid}/fd/0", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0] > 0
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def get_model(usr_args: dict[str, Any]) -> Sleeper:
