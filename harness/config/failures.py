@@ -14,10 +14,12 @@ from __future__ import annotations
 import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 from harness.wire.errors import WireError
 
 REFUSED, FAILED = 2, 1
+_REPO = str(Path(__file__).resolve().parents[2]) + "/"
 
 
 class Refused(Exception):
@@ -29,10 +31,21 @@ class Failed(Exception):
 
 
 def describe(exc: BaseException) -> str:
-    """One line for an expected failure; an OSError names its file."""
+    """One line for an expected failure; an OSError names its file, or (an error on an open file or
+    socket carries no name: NFS's ESTALE on a read) the line of ours that met it."""
     if isinstance(exc, OSError) and exc.filename:
         return f"{exc.filename}: {exc.strerror or exc}"
+    if isinstance(exc, OSError) and (where := _where(exc)):
+        return f"{exc} (in {where})"
     return str(exc) or type(exc).__name__
+
+
+def _where(exc: BaseException) -> str | None:
+    """`path:line function` of the innermost frame of this repository's code that `exc` passed."""
+    ours = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(_REPO)]
+    if not ours:
+        return None
+    return f"{ours[-1].filename[len(_REPO):]}:{ours[-1].lineno} {ours[-1].name}"
 
 
 def exit_code(exc: BaseException) -> int | None:

@@ -44,6 +44,19 @@ def test_an_expected_failure_is_one_line_and_its_exit_status(
     assert err.startswith(line) and "Traceback" not in err
 
 
+def test_an_os_error_on_an_open_file_names_the_line_that_met_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """NFS's ESTALE on a read of an open file carries no file name: `worker: [Errno 116] Stale file
+    handle` alone left a chaos failure in CI undiagnosable."""
+
+    def main() -> int:
+        raise OSError(errno.ESTALE, "Stale file handle")
+
+    assert run_command("prog", main) == FAILED
+    err = capsys.readouterr().err
+    line = main.__code__.co_firstlineno + 1  # the raise
+    assert err == f"prog: [Errno 116] Stale file handle (in tests/config/test_failures.py:{line} main)\n"
+
+
 def test_a_bug_prints_its_traceback_and_says_it_is_a_bug(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_command("prog", _raise(KeyError("oops"))) == FAILED
     err = capsys.readouterr().err
