@@ -16,14 +16,12 @@ Only a unit's own faults count towards its CRASH_LIMIT.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import socket
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from harness.config import knobs
@@ -46,7 +44,6 @@ from harness.worker.episode_costs import seed_costs
 from harness.worker.external_server import ExternalServer
 from harness.worker.faults import Fault
 from harness.worker.model_server_process import ModelServerFailed, ModelServerProcess
-from harness.worker.sim_process import read_progress
 from harness.worker.sim_slot import SimSlot, open_slot
 from harness.worker.stopping import CellStopper
 from harness.worker.unit_records import finished_seeds, missing_seeds, seeds_written_since
@@ -55,7 +52,6 @@ from harness.worker.worklog import WorkerLog
 MAX_SERVER_RESTARTS = 3  # a model server that keeps dying stops its worker (exit 1), not the run
 # + <pid namespace>-<pid>-: a SIGKILLed worker's dir is swept by the next worker of this namespace
 TEMP_PREFIX = f"eval-worker-{''.join(c for c in pid_namespace() if c.isdigit())}-"
-SEED_IN_LINE = re.compile(r"\bseed (\d+)\b")
 JOIN_S = 0.5  # the main thread joins slot threads in short waits, so signal handlers run
 
 
@@ -268,7 +264,7 @@ class Worker:
             started, since = time.monotonic(), now_iso_microseconds()
             stall = knobs.get_float("STALL_TIMEOUT")
             outcome = slot.sim.run(
-                slot.job(self.run.root, unit, todo), self.sim_line_logger(slot, unit), slot.progress,
+                slot.job(self.run.root, unit, todo), slot.line_logger(unit), slot.progress,
                 stall, deadline, [self.stop, lease.lost], peer_alive=self.server.alive,
             )  # fmt: skip
             if outcome.returncode == CODE_REFUSED_EXIT and outcome.killed is None:
@@ -286,16 +282,6 @@ class Worker:
                 break  # the client could not run at all
             todo = [s for s in todo if s not in attempted]
         return fault
-
-    def sim_line_logger(self, slot: SimSlot, unit: Unit) -> Callable[[str], None]:
-        """The sim process's output goes into this worker's log, each line tagged with unit and seed."""
-        log = slot.log
-
-        def relay(line: str) -> None:
-            seed = SEED_IN_LINE.search(line)
-            log(f"sim: {line}", unit, int(seed.group(1)) if seed else read_progress(slot.progress)[1])
-
-        return relay
 
 
 def main() -> int:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +26,8 @@ from harness.worker.model_server_process import ModelServerProcess
 from harness.worker.sim_process import SimOutcome, SimProcess, read_progress
 from harness.worker.unit_records import record_errored
 from harness.worker.worklog import WorkerLog
+
+SEED_IN_LINE = re.compile(r"\bseed (\d+)\b")
 
 
 def episode_wall_s(progress: Path, seed: int, job_wall_s: float) -> float:
@@ -90,6 +94,16 @@ class SimSlot:
         else:
             self.log(f"{why}: no episode was running, nothing recorded", unit, seed)
         return why
+
+    def line_logger(self, unit: Unit) -> Callable[[str], None]:
+        """The sim process's output goes into the worker's log, each line tagged with unit and seed
+        (the seed the line names, else the one the progress file says is running)."""
+
+        def relay(line: str) -> None:
+            seed = SEED_IN_LINE.search(line)
+            self.log(f"sim: {line}", unit, int(seed.group(1)) if seed else read_progress(self.progress)[1])
+
+        return relay
 
     def job(self, run_dir: Path, unit: Unit, seeds: list[int]) -> dict:
         """The job line of `seeds` of `unit` (harness/episode/simserver.py reads it)."""
