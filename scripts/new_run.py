@@ -35,11 +35,12 @@ def _summary(run_dir: str, manifest: Manifest) -> str:
     knobs = manifest.knobs
     banks = "".join(f", +{b['eval_test_num']} from {b['seeds_root']}" for b in manifest.fillin_banks)
     cells, units = manifest.contract["queue"]["cells"], len(run_units(RunDir(Path(run_dir))))
+    source = f"from {knobs['SEEDS_ROOT']}" if manifest.contract["seeds"] else "seeds 0.. (USE_EVAL_SEEDS=0)"
     return (
         f"run {run_dir}: contract {contract_hash(manifest)}\n"
         f"  {cells} cells in {units} queue units (UNIT_SEEDS={knobs['UNIT_SEEDS']}), "
         f"EVAL_TEST_NUM={manifest.eval_test_num} "
-        f"from {knobs['SEEDS_ROOT']}{banks}; policy {knobs['POLICY']} ckpt {knobs['CKPT_NAME'] or '-'}; "
+        f"{source}{banks}; policy {knobs['POLICY']} ckpt {knobs['CKPT_NAME'] or '-'}; "
         f"{knobs['BENCHMARK']}/{knobs['BENCH_CONFIG']}\n"
         f"  {manifest.info.get('unit_split') or 'UNIT_SEEDS=' + knobs['UNIT_SEEDS']}"
     )

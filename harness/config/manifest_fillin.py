@@ -8,7 +8,7 @@ is already recorded changes nothing. Only the new seeds run (resume reads the re
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from harness.config.contract import check_bank_size
 from harness.config.manifest import (
     ContractMismatch,
     Manifest,
+    ManifestError,
     bank_entry,
     load_manifest,
     now_iso_seconds,
@@ -37,7 +38,12 @@ def record_fillin(
     eval_test_num: int | None = None,
     seeds_root: str | None = None,
     env: Mapping[str, str] = os.environ,
+    check: Callable[[Manifest], list[str]] | None = None,
 ) -> Manifest:
+    """The manifest with the fill-in recorded (and written), or it unchanged when it already was.
+    `check` gets the manifest as it would be written and returns what is wrong with it (the launch
+    side checks the seeds it plans against the benchmark's seed space): any problem refuses the
+    fill-in, one line each, and the run dir is left as it was."""
     run = RunDir(Path(run_dir))
     manifest = load_manifest(run.root)
     if eval_test_num is None and seeds_root is None:
@@ -75,6 +81,8 @@ def record_fillin(
             manifest.eval_test_num = n
         else:
             next(b for b in manifest.fillin_banks if b["seeds_root"] == root)["eval_test_num"] = n
+    if check is not None and (problems := check(manifest)):
+        raise ManifestError(f"refusing the fill-in of {run.root}:\n" + "\n".join(f"  {p}" for p in problems))
     write_manifest(run.manifest, manifest, exclusive=False)
     return manifest
 

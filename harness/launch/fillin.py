@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from functools import partial
 
 from harness.config.failures import run_command
 from harness.config.manifest import load_manifest
@@ -21,6 +22,7 @@ from harness.config.paths import run_dir
 from harness.config.rundir import RunDir
 from harness.launch import orchestrator
 from harness.launch.drive import Settings, check_caller_env, complete_run
+from harness.launch.newrun import fillin_seed_problems
 from harness.launch.progress import results_table
 
 
@@ -38,8 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         settings = Settings.from_env(os.environ, args.nodes, args.progress_every)
         run = RunDir(run_dir(args.run))
-        check_caller_env(load_manifest(run.root), os.environ, run)
-        manifest = record_fillin(run.root, eval_test_num=args.test_num, seeds_root=args.seeds_root)
+        frozen = load_manifest(run.root)
+        check_caller_env(frozen, os.environ, run)
+        os.environ.update(frozen.knobs)  # the check loads the run's benchmark, as its workers will
+        check = partial(fillin_seed_problems, run.root)  # LIBERO: no seed past its 50 init states
+        manifest = record_fillin(run.root, args.test_num, args.seeds_root, check=check)
         final = complete_run(run, manifest, settings, "fillin", orchestrator.say)
         orchestrator.say("\n" + results_table([(args.run, run, manifest)], "run"))
         return 0 if final.complete else 1

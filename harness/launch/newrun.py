@@ -22,6 +22,7 @@ from harness.config.knobs import contract_knobs, get_int
 from harness.config.knobtypes import run_name_problem
 from harness.config.manifest import Manifest, ManifestError
 from harness.config.paths import bundle_root, resolve_checkpoint
+from harness.config.plan import planned_seeds
 from harness.config.policymap import PolicyMapError, load_policy_map
 from harness.config.rundir import Cell, read_queue
 from harness.config.seedbank import SeedBankError, read_bank, resolve_root, seeds_outside, uses_bank
@@ -107,6 +108,27 @@ def _seed_problems(
     if space is None:
         return []
     return seeds_outside(root, bank, knobs["BENCH_CONFIG"], space, knobs["BENCHMARK"])
+
+
+def fillin_seed_problems(run_dir: Path, manifest: Manifest, env: Mapping[str, str] = os.environ) -> list[str]:
+    """What a fill-in would plan outside the benchmark's seed space (LIBERO's 50 init states): one
+    line per unit, naming the seeds and the EVAL_TEST_NUM that planned them."""
+    try:
+        bench = load_benchmark(manifest.knobs["BENCHMARK"])
+    except ValueError as exc:
+        return [str(exc)]
+    space = getattr(bench, "seed_space", None)
+    if space is None:
+        return []
+    lines = []
+    for cell, seeds in planned_seeds(run_dir, manifest, env).items():
+        if outside := [seed for seed in seeds if seed not in space]:
+            lines.append(
+                f"unit '{cell.scene} {cell.task}': seed(s) {outside[:5]} (EVAL_TEST_NUM="
+                f"{manifest.eval_test_num}) are outside the seeds {manifest.knobs['BENCHMARK']} can "
+                f"build, {space.start}..{space.stop - 1}"
+            )
+    return lines
 
 
 def _map_problems(env: Mapping[str, str]) -> list[str]:
