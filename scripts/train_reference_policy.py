@@ -38,6 +38,10 @@ def parse_settings(argv: list[str] | None = None) -> TrainSettings:
     p.add_argument(
         "--early-fraction", type=float, default=d.early_fraction, help="early checkpoint at this fraction"
     )
+    p.add_argument(
+        "--gripper-weight", type=float, default=d.gripper_weight,
+        help="weight of the gripper channel in the L1 loss (default: 1, the plain mean)",
+    )  # fmt: skip
     p.add_argument("--threads", type=int, default=d.threads, help=f"torch CPU threads (default: {d.threads})")
     p.add_argument("--log-every", type=int, default=d.log_every, help="steps between progress lines")
     p.add_argument(

@@ -43,6 +43,7 @@ class TrainSettings:
     seed: int = 0
     save_every: int = 500
     early_fraction: float = 0.2
+    gripper_weight: float = 1.0  # the gripper channel's weight in the loss (ReferenceVLAConfig)
     threads: int = 2
     log_every: int = 25  # how often it prints: does not change the result
     stop_after: int = 0  # train in pieces: does not change the result
@@ -51,6 +52,8 @@ class TrainSettings:
         """Refuse settings no run could use, naming the argument, before any data is read."""
         if self.steps < 1 or self.batch < 1 or not 0 < self.early_fraction < 1 or self.save_every < 1:
             raise ValueError("need --steps >= 1, --batch >= 1, 0 < --early-fraction < 1, --save-every >= 1")
+        if self.gripper_weight <= 0:
+            raise ValueError(f"--gripper-weight {self.gripper_weight}: need > 0")
         if self.log_every < 1:
             raise ValueError(f"--log-every {self.log_every}: need >= 1")
         if 0 < self.stop_after < self.steps and self.stop_after % self.save_every:
@@ -109,7 +112,10 @@ class Trainer:
             instructions, padding="longest", max_length=base.max_text_len, truncation=True,
             return_tensors="pt",
         )  # fmt: skip
-        config = ReferenceVLAConfig(vocab_size=len(self.tokenizer), norm_stats=norm_stats(self.samples))
+        config = ReferenceVLAConfig(
+            vocab_size=len(self.tokenizer), norm_stats=norm_stats(self.samples),
+            gripper_loss_weight=settings.gripper_weight,
+        )  # fmt: skip
         self.model = ReferenceVLAModel(config)
         self.optimizer = _optimizer(self.model, settings.lr)
         self.last = settings.out / "last"

@@ -38,12 +38,16 @@ class ReferenceVLAConfig(PretrainedConfig):
         proprio_dim: int = 10,
         goal_dim: int = 3,
         norm_stats: dict[str, list[float]] | None = None,
+        gripper_loss_weight: float = 1.0,
         **kwargs: Any,
     ) -> None:
         self.vocab_size, self.max_text_len, self.image_res = vocab_size, max_text_len, image_res
         self.d_model, self.n_heads, self.n_layers, self.ff_dim = d_model, n_heads, n_layers, ff_dim
         self.head_dim, self.action_dim, self.num_actions = head_dim, action_dim, num_actions
         self.proprio_dim, self.goal_dim = proprio_dim, goal_dim
+        # training only: the gripper channel's weight in the L1 loss. A grasp turns on a few steps
+        # where the gripper closes, a small share of an L1 averaged over 10 channels x 30 steps.
+        self.gripper_loss_weight = gripper_loss_weight
         self.norm_stats = norm_stats or {
             "proprio_mean": [0.0] * proprio_dim, "proprio_std": [1.0] * proprio_dim,
             "goal_mean": [0.0] * goal_dim, "goal_std": [1.0] * goal_dim,
@@ -136,7 +140,10 @@ class ReferenceVLAModel(PreTrainedModel):
         )
         out = {"pred": pred}
         if labels is not None:
-            out["loss"] = (pred - self.normalise_actions(labels, proprio)).abs().mean()
+            error = (pred - self.normalise_actions(labels, proprio)).abs()
+            weight = torch.ones(self.config.action_dim, dtype=error.dtype, device=error.device)
+            weight[RELATIVE_DIMS] = self.config.gripper_loss_weight
+            out["loss"] = (error * weight).mean() / weight.mean()  # weight 1: the plain mean
         return out
 
     def normalise_actions(self, actions: torch.Tensor, proprio: torch.Tensor) -> torch.Tensor:

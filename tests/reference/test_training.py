@@ -90,3 +90,18 @@ def test_a_stop_that_is_not_a_save_is_refused_before_training(tmp_path: Path, mo
     assert done.returncode == 2
     assert "--stop-after 3 is not a multiple of --save-every 2" in done.stderr, done.stderr[-3000:]
     assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
+
+
+def test_the_gripper_weight_changes_the_loss_and_is_saved_with_the_checkpoint(
+    tmp_path: Path, model_py: str
+) -> None:
+    data = make_data(tmp_path / "data")
+    plain = train(model_py, data, tmp_path / "plain", "--steps", "2")
+    weighted = train(model_py, data, tmp_path / "weighted", "--steps", "2", "--gripper-weight", "4")
+    assert plain.returncode == 0 and weighted.returncode == 0, weighted.stderr[-3000:]
+    config = json.loads((tmp_path / "weighted" / "final" / "config.json").read_text())
+    assert config["gripper_loss_weight"] == 4.0
+    first = [json.loads((tmp_path / name / "losses.json").read_text())[0] for name in ("plain", "weighted")]
+    assert first[0] != first[1]  # same init and batch: only the weighting differs
+    refused = train(model_py, data, tmp_path / "bad", "--gripper-weight", "0")
+    assert refused.returncode == 2 and "--gripper-weight 0.0: need > 0" in refused.stderr
