@@ -121,7 +121,7 @@ class LiberoEpisode:
         self._raw, self._done = raw, False
         size = bench.params.image_size
         self.spec = {
-            "benchmark": "libero", "task": task.instruction, "suite": task.suite, "action_dim": ACTION_DIM,
+            "benchmark": "libero", "task": task.name, "suite": task.suite, "action_dim": ACTION_DIM,
             "cameras": list(bench.cameras), "action": ACTION_CONVENTION, "action_spec": _action_spec(),
             "image_size": [size, size], "privileged_state": bench.params.privileged_state,
         }  # fmt: skip

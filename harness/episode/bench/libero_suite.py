@@ -5,7 +5,8 @@ or a bad BENCH_PARAMS with one clear error, and that needs the task catalogue (B
 init states, no simulator). The reference settings are vla-eval 0.8.0's LIBERO adapter's (the
 field's): 10 settle steps with a fixed open-gripper action, the per-suite step limits below, images
 flipped on both axes at 256 px, the gripper discretised to +-1. A task is named by its language
-instruction (a whole sentence, as vla-eval names it); its seeds are the indices of its init states.
+instruction (a whole sentence, as vla-eval names it; with its scene where its suite repeats that
+instruction: `task_name`); its seeds are the indices of its init states.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 import importlib.metadata
 import io
 import os
+from collections import Counter
 from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
@@ -81,9 +83,10 @@ def select_renderer(name: str) -> None:
 class LiberoTask:
     suite: str
     index: int  # in the suite's task order
-    instruction: str  # the task's name in queue files, records and reports
+    instruction: str  # what the policy is told
     bddl_file: Path
     init_states_file: str
+    name: str  # the task's name in queue files, records and reports (`task_name`)
 
 
 @cache
@@ -101,13 +104,27 @@ def suite_tasks(suite: str) -> dict[str, LiberoTask]:
     with contextlib.redirect_stdout(io.StringIO()):  # it prints its task order on stdout
         tasks = benchmark.get_benchmark_dict()[suite]().tasks
     root = Path(get_libero_path("bddl_files"))
-    return {
-        task.language: LiberoTask(
+    said = Counter(task.language for task in tasks)
+    named = [
+        LiberoTask(
             suite, i, task.language, root / task.problem_folder / task.bddl_file,
-            f"{task.problem_folder}/{task.init_states_file}",
+            f"{task.problem_folder}/{task.init_states_file}", task_name(task.language, task.name, said),
         )
         for i, task in enumerate(tasks)
-    }  # fmt: skip
+    ]  # fmt: skip
+    return {task.name: task for task in named}
+
+
+def task_name(instruction: str, problem: str, said: Counter[str]) -> str:
+    """A task's name: its instruction, as vla-eval names it; where the suite gives that instruction
+    to more than one task (libero_90: 28 of its 90 tasks, in different scenes), the instruction and
+    the scene, `close the top drawer of the cabinet [KITCHEN_SCENE10]`, so each task is its own unit
+    (by instruction alone, 16 of libero_90's tasks could not be named at all)."""
+    if said[instruction] == 1:
+        return instruction
+    suffix = "_" + instruction.replace(" ", "_")
+    scene = problem[: -len(suffix)] if problem.endswith(suffix) else problem
+    return f"{instruction} [{scene}]"
 
 
 def find_task(suite: str, instruction: str) -> LiberoTask:
