@@ -89,7 +89,8 @@ class MujocoContactMonitor:
 def task_objects(env: Any) -> set[str]:
     """The objects an episode may touch: `obj_of_interest` and the goal's arguments, a region
     mapped to the object whose name starts it (the longest such)."""
-    names = [*env.obj_of_interest, *(arg for predicate in env.parsed_problem["goal_state"] for arg in predicate[1:])]
+    goal_args = [arg for predicate in env.parsed_problem["goal_state"] for arg in predicate[1:]]
+    names = [*env.obj_of_interest, *goal_args]
     objects = set(env.objects_dict) | set(env.fixtures_dict)
     found = set()
     for name in map(str, names):

@@ -76,8 +76,13 @@ class LiberoParams:
 
 
 def select_renderer(name: str) -> None:
-    """Point MuJoCo at `name`'s GL backend; it binds at the first `import mujoco`, so this runs first."""
+    """Point MuJoCo at `name`'s GL backend; it binds at the first `import mujoco`, so this runs first.
+    A worker without a GPU has CUDA_VISIBLE_DEVICES="" (the node script gives each worker its
+    devices), which robosuite's EGL reads as a device list and fails on (`int('')`) before any
+    episode: there, EGL's first device (Mesa's software one) is named explicitly."""
     os.environ.update(RENDERERS[name])
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "" and "MUJOCO_EGL_DEVICE_ID" not in os.environ:
+        os.environ["MUJOCO_EGL_DEVICE_ID"] = "0"
 
 
 @dataclass(frozen=True)
@@ -107,9 +112,9 @@ def suite_tasks(bench_config: str) -> dict[str, LiberoTask]:
         used = benchmark.get_benchmark_dict()[config.registered]().tasks if config.perturbation else clean
     bddl_root, states_root = Path(get_libero_path("bddl_files")), Path(get_libero_path("init_states"))
     tasks = {}
-    for i, (name, task) in enumerate(zip(clean, used, strict=True)):
-        if task.name != name.name:  # LIBERO-PRO's copies keep the clean file names, in order
-            raise ValueError(f"BENCH_CONFIG={bench_config!r}: its task {i} is {task.name!r}, not {name.name!r}")
+    for i, (base, task) in enumerate(zip(clean, used, strict=True)):
+        if task.name != base.name:  # LIBERO-PRO's copies keep the clean file names, in order
+            raise ValueError(f"BENCH_CONFIG={bench_config!r}: task {i} is {task.name!r}, not {base.name!r}")
         bddl = bddl_root / task.problem_folder / task.bddl_file
         states = f"{task.problem_folder}/{task.init_states_file}"
         for path in (bddl, states_root / f"{states}.npz"):
@@ -118,9 +123,9 @@ def suite_tasks(bench_config: str) -> dict[str, LiberoTask]:
         prompt = ""
         if config.perturbation:
             said = bddl_language(bddl)
-            prompt = said if said != bddl_language(bddl_root / name.problem_folder / name.bddl_file) else ""
-        tasks[name.language] = LiberoTask(
-            config.suite, i, name.language, bddl, states, config.perturbation, prompt
+            prompt = said if said != bddl_language(bddl_root / base.problem_folder / base.bddl_file) else ""
+        tasks[base.language] = LiberoTask(
+            config.suite, i, base.language, bddl, states, config.perturbation, prompt
         )  # fmt: skip
     return tasks
 
