@@ -97,6 +97,12 @@ def _new_run(tmp_path: Path, queue_line: str, **knobs: str) -> subprocess.Comple
     ("queue_line", "knobs", "message"),
     [
         (f"libero {TASK}", {"BENCH_CONFIG": "libero_x"}, "BENCH_CONFIG='libero_x': not a LIBERO suite"),
+        (
+            f"libero {TASK}", {"BENCH_CONFIG": "libero_object_shuffle"},
+            "(?m)unknown LIBERO-PRO perturbation 'shuffle' of libero_object; known: libero_object_lan, "
+            "libero_object_object, libero_object_swap, libero_object_task$",
+        ),
+        (f"libero {TASK}", {"BENCH_CONFIG": "libero_object_env"}, "unknown LIBERO-PRO perturbation 'env'"),
         ("libero pick up the soup", {}, "task 'pick up the soup' is not in LIBERO suite libero_object"),
         (f"libero {TASK}", {"EVAL_TEST_NUM": "51"}, r"seed\(s\) \[50\] from EVAL_TEST_NUM=51"),
         (f"libero {TASK}", {"BENCH_PARAMS": "{cameras: 2}"}, r"unknown LIBERO setting\(s\) \['cameras'\]"),
@@ -128,6 +134,20 @@ def test_the_vla_eval_bridge_takes_libero_units_and_refuses_init_states_past_49(
     assert created.returncode == 0, created.stderr  # the sentence-named unit passes the queue file
     refused = _new_run(tmp_path / "again", f"libero {TASK}", **bridge, EVAL_TEST_NUM="51")
     assert refused.returncode == 2 and "seed(s) [50] from EVAL_TEST_NUM=51" in refused.stderr
+
+
+@pytest.mark.sim
+def test_a_worker_without_a_gpu_renders_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # what the node script gives a worker without a GPU
+    monkeypatch.delenv("MUJOCO_EGL_DEVICE_ID", raising=False)
+    monkeypatch.setenv("BENCH_PARAMS", "{image_size: 32}")
+    monkeypatch.delenv("ACTION_CONVENTION", raising=False)
+    bench = load_benchmark("libero")
+    try:
+        episode = bench.make_episode(TASK, SUITE, 0)  # robosuite's EGL failed here: int('')
+        assert episode.observe()["images"]["agentview"].shape == (32, 32, 3)
+    finally:
+        bench.close_env()
 
 
 @pytest.mark.sim

