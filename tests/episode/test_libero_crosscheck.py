@@ -31,7 +31,7 @@ TASKS = [  # two of libero_object's quickest for the oracle (~110 steps)
 ]
 INIT_STATES = 1  # init states 0..INIT_STATES-1 of each task (vla-eval runs episodes 0..N-1)
 MAX_STEPS = 150  # both sides' step limit: the oracle needs ~110, a failing episode stops here
-VARIANTS = {"oracle": "", "noisy": "noise_std=0.6"}  # POLICY_ARGS of each policy
+VARIANTS = {"oracle": "", "noisy": "noise_std=0.3"}  # POLICY_ARGS of each policy
 TIMEOUT_S = 1800  # a slow, shared machine: the runs take ~3 min when it is quiet
 
 
