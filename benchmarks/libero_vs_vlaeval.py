@@ -65,6 +65,7 @@ def episode_plan(episodes: int, tasks: list[str]) -> tuple[list[str], int]:
 
 def run_theirs(work: Path, tasks: list[str], init_states: int, shards: int) -> tuple[float, int]:
     """(wall seconds, successes) of vla-eval's runner in `shards` shards."""
+    work.mkdir(parents=True)
     started = time.monotonic()
     server, url = start_vlaeval_server(work, "")
     try:
@@ -86,6 +87,7 @@ def run_theirs(work: Path, tasks: list[str], init_states: int, shards: int) -> t
 
 def run_ours(work: Path, tasks: list[str], init_states: int) -> tuple[float, int]:
     """(wall seconds, successes) of our local pool, one node at the default sizing."""
+    work.mkdir(parents=True)
     queue = work / "queue.txt"
     queue.write_text("".join(f"libero {task}\n" for task in tasks))
     env = {**os.environ, **render_env(), "PYTHONPATH": str(ROOT), "EVAL_ROOT": str(ROOT), "BUNDLE": str(ROOT)}
