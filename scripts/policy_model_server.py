@@ -3,7 +3,8 @@
 Listens on MODEL_SERVER_BIND (default 127.0.0.1), port 0, and publishes host/port/pid (and a token
 for a non-loopback bind) in --ready-file once the model is loaded. With --connect the model side
 dials a listening sim side instead (SIM_AS_SERVER=1). MODEL_SERVER_PROTOCOL=openpi serves openpi
-clients (WebSocket, harness.model.openpi_server) instead. SIGTERM/SIGINT: clean exit 0.
+clients (WebSocket, harness.model.openpi_server) instead, MODEL_SERVER_PROTOCOL=vlaeval vla-eval's
+runner (WebSocket, harness.model.vlaeval_server). SIGTERM/SIGINT: clean exit 0.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from harness.model.dialout import connect_out
 from harness.model.openpi_server import OpenpiServer
 from harness.model.policyload import LoadedPolicy, PolicyRefused, load_policy
 from harness.model.server import ModelServer
+from harness.model.vlaeval_server import VlaEvalServer
 from harness.wire.errors import WireError
 from harness.wire.readyfile import write_ready
 
@@ -55,10 +57,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def listener(policy: LoadedPolicy, ready_file: str) -> ModelServer | OpenpiServer:
-    """The server MODEL_SERVER_PROTOCOL asks for: ours, or one that openpi clients can talk to."""
-    if knobs.get_choice("MODEL_SERVER_PROTOCOL", ("native", "openpi")) == "native":
+def listener(policy: LoadedPolicy, ready_file: str) -> ModelServer | OpenpiServer | VlaEvalServer:
+    """The server MODEL_SERVER_PROTOCOL asks for: ours, or one that openpi clients or vla-eval's
+    runner can talk to."""
+    chosen = knobs.get_choice("MODEL_SERVER_PROTOCOL", ("native", "openpi", "vlaeval"))
+    if chosen == "native":
         return ModelServer(policy, ready_file)
+    if chosen == "vlaeval":
+        return VlaEvalServer(policy, ready_file)
     path = knobs.get("MODEL_SERVER_MAP")
     policy_map = load_policy_map(path, "MODEL_SERVER_MAP") if path else None
     return OpenpiServer(policy, ready_file, policy_map=policy_map)

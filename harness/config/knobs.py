@@ -152,8 +152,9 @@ KNOBS: dict[str, Knob] = {
         Knob("SIM_AS_SERVER", "0", "1: the sim side listens and the model side connects", False,
              accepts=FLAG),
         # other ecosystems' policy servers (docs/policy-servers.md)
-        Knob("MODEL_SERVER_PROTOCOL", "native", "what our server speaks (openpi: WebSocket)", False,
-             accepts=choice("native", "openpi")),
+        Knob("MODEL_SERVER_PROTOCOL", "native",
+             "what our server speaks (openpi, vlaeval: their WebSocket protocols)", False,
+             accepts=choice("native", "openpi", "vlaeval")),
         Knob("MODEL_SERVER_MAP", "", "openpi mode: YAML of openpi keys (empty: ours)", False),
         Knob("POLICY_SERVER", "", "external openpi/vla-eval server host:port", False),
         Knob("POLICY_SERVER_MAP", "", "mapping YAML of the external server (protocol, keys, sizes)", False),

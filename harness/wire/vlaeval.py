@@ -2,15 +2,18 @@
 
 Compatible with `vla_eval.protocol.messages.pack_message/unpack_message` without importing vla_eval:
 arrays travel as `{"__ndarray__": True, "data": <bytes>, "dtype": dtype.str, "shape": [...]}`; an
-image the peer sends in vla-eval's raw `__image__` form is rebuilt too (its PNG/JPEG forms are
-refused: we never ask for them, and decoding them would need an image library here). The
+image the peer sends in vla-eval's raw `__image__` form is rebuilt too; its PNG/JPEG forms (which
+vla-eval's own runner sends: PNG by default) only by a caller that passes a `decode_image` (our
+vla-eval-protocol server, `harness.model.vlaeval_server`), as decoding needs an image library. The
 conversation: HELLO ⇄ HELLO (versions, observation params, action/observation specs), then per
 episode EPISODE_START, OBSERVATION → ACTION (same seq) or ERROR, EPISODE_END.
 """
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -36,13 +39,21 @@ def _pack_default(obj: Any) -> Any:
     raise WireError(f"cannot encode a {type(obj).__name__} in a vla-eval frame")
 
 
-def _unpack_hook(obj: dict[str, Any]) -> Any:
+ImageDecoder = Callable[[str, bytes], np.ndarray]  # (format, encoded bytes) -> HWC uint8 image
+
+
+def _unpack_hook(obj: dict[str, Any], decode_image: ImageDecoder | None = None) -> Any:
     if "__ndarray__" in obj:
         data = obj.get("data")
         if not isinstance(data, bytes):
             raise WireError("vla-eval array: `data` must be msgpack bin bytes")
         return from_buffer(data, obj.get("dtype"), obj.get("shape"))
     if "__image__" in obj:
+        if obj.get("format") in ("png", "jpeg") and decode_image is not None:
+            data = obj.get("data")
+            if not isinstance(data, bytes):
+                raise WireError("vla-eval image: `data` must be msgpack bin bytes")
+            return decode_image(obj["format"], data)
         if obj.get("format") != "raw":
             raise WireError(f"vla-eval image in format {obj.get('format')!r} refused: only raw images")
         data = obj.get("data")
@@ -58,9 +69,12 @@ def pack_message(kind: str, payload: dict[str, Any], seq: int) -> bytes:
     return msgpack.packb(raw, default=_pack_default, use_bin_type=True)
 
 
-def unpack_message(body: bytes | bytearray | memoryview) -> tuple[str, Any, int]:
-    """(type, payload, seq) of one vla-eval frame, after checking its fields."""
-    raw = unpack_map(body, "vla-eval frame", _unpack_hook)
+def unpack_message(
+    body: bytes | bytearray | memoryview, decode_image: ImageDecoder | None = None
+) -> tuple[str, Any, int]:
+    """(type, payload, seq) of one vla-eval frame, after checking its fields; PNG/JPEG images are
+    refused unless `decode_image` is given."""
+    raw = unpack_map(body, "vla-eval frame", functools.partial(_unpack_hook, decode_image=decode_image))
     missing = [k for k in ("type", "payload", "seq") if k not in raw]
     if missing:
         raise WireError(f"vla-eval frame lacks {missing}: got keys {sorted(map(str, raw))[:8]}")
