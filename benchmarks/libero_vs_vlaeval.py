@@ -94,9 +94,6 @@ def run_ours(work: Path, tasks: list[str], init_states: int) -> tuple[float, int
     env.update(RUNS_ROOT=str(work), STUDY_RUN="ours", BENCHMARK="libero", BENCH_CONFIG=SUITE, POLICY=POLICY)
     env.update(BENCH_PARAMS=json.dumps({"privileged_state": True}), USE_EVAL_SEEDS="0", RECORD_VIDEO="0")
     env.update(EVAL_TEST_NUM=str(init_states))
-    # The node script gives a worker without a GPU CUDA_VISIBLE_DEVICES="", which robosuite's EGL
-    # context parses as a device list and fails on (int("")); its own MUJOCO_EGL_DEVICE_ID wins.
-    env.setdefault("MUJOCO_EGL_DEVICE_ID", "0")
     env.pop("ACTION_CONVENTION", None)
     created = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "new_run.py"), "ours", "--queue", str(queue)],
