@@ -21,23 +21,20 @@ from __future__ import annotations
 import hmac
 import http
 import logging
-import os
-import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
-from websockets.sync.server import Request, Response, ServerConnection, serve
+from websockets.sync.server import Request, Response, ServerConnection
 
-from harness.config import knobs
 from harness.config.policymap import PolicyMap, get_path, put_path
 from harness.model.policyload import LoadedPolicy, PolicyCallFailed, PolicyRefused
 from harness.model.session import Drop, Session
+from harness.model.wsfront import WebSocketFrontEnd
 from harness.wire import openpi, protocol
 from harness.wire.errors import WireError
-from harness.wire.readyfile import advertised_host, remove_ready, run_token, write_ready
 
 log = logging.getLogger("openpi_server")
 
@@ -116,8 +113,10 @@ class OpenpiSession:
         self.step = 0
 
 
-class OpenpiServer:
-    """Listens on (bind, port 0) and publishes a ready file, like `ModelServer`; one thread a client."""
+class OpenpiServer(WebSocketFrontEnd):
+    """Our model server to openpi clients (harness.model.wsfront: listening, ready file, limits)."""
+
+    protocol, clients = "openpi", "openpi clients"
 
     def __init__(
         self, policy: LoadedPolicy, ready_file: str | Path, bind: str | None = None,
@@ -125,23 +124,10 @@ class OpenpiServer:
     ) -> None:  # fmt: skip
         if policy_map is not None:
             check_map(policy_map, policy)
-        self.policy, self.policy_map = policy, policy_map
-        self.ready_file = Path(ready_file)
-        self.bind = knobs.get("MODEL_SERVER_BIND") if bind is None else bind
-        self.token = run_token(self.bind)
-        self._stop = threading.Event()
-        self._slots = threading.BoundedSemaphore(knobs.get_int("MODEL_SERVER_MAX_CONNS", minimum=1))
-        try:
-            self._server = serve(
-                self._handle, self.bind, 0, compression=None, max_size=knobs.get_int("WIRE_MAX_FRAME"),
-                process_request=self._process_request, ping_interval=None,
-                open_timeout=knobs.get_float("MODEL_SERVER_HELLO_TIMEOUT"),
-            )  # fmt: skip
-        except OSError as exc:
-            raise WireError(f"MODEL_SERVER_BIND={self.bind}: cannot listen there: {exc}") from None
-        self.port: int = self._server.socket.getsockname()[1]
+        self.policy_map = policy_map
+        super().__init__(policy, ready_file, bind)
 
-    def _process_request(self, conn: ServerConnection, request: Request) -> Response | None:
+    def admit(self, conn: ServerConnection, request: Request) -> Response | None:
         if request.path == "/healthz":
             return conn.respond(http.HTTPStatus.OK, "OK\n")
         if self.token:
@@ -150,17 +136,11 @@ class OpenpiServer:
                 return conn.respond(http.HTTPStatus.UNAUTHORIZED, "needs the run's token as Api-Key\n")
         return None
 
-    def _handle(self, conn: ServerConnection) -> None:
-        if not self._slots.acquire(blocking=False):
-            conn.send("server busy: MODEL_SERVER_MAX_CONNS connections open")
-            conn.close(CloseCode.TRY_AGAIN_LATER)
-            return
-        try:
-            self._converse(conn)
-        finally:
-            self._slots.release()
+    def busy(self, conn: ServerConnection) -> None:
+        conn.send("server busy: MODEL_SERVER_MAX_CONNS connections open")
+        conn.close(CloseCode.TRY_AGAIN_LATER)
 
-    def _converse(self, conn: ServerConnection) -> None:
+    def converse(self, conn: ServerConnection) -> None:
         peer = conn.remote_address
         session = OpenpiSession(self.policy, self.policy_map)
         try:
@@ -183,30 +163,3 @@ class OpenpiServer:
                 pass
         finally:
             session.close()  # the batcher stops waiting for this connection's requests
-
-    def serve_forever(self) -> None:
-        info: dict[str, Any] = {
-            "host": advertised_host(self.bind), "port": self.port, "pid": os.getpid(),
-            "policy": self.policy.name, "ckpt": self.policy.ckpt, "protocol": "openpi",
-        }  # fmt: skip
-        if self.token:
-            info["token"] = self.token
-        write_ready(self.ready_file, info)
-        log.info("serving %s to openpi clients on %s port %d", self.policy.name, self.bind, self.port)
-        # websockets' shutdown() waits for its serve_forever() to return: never in the same thread
-        # (a shutdown() reaching this thread would deadlock), so accept in another thread.
-        accepting = threading.Thread(target=self._server.serve_forever, daemon=True)
-        accepting.start()
-        try:
-            while not self._stop.wait(0.5):
-                pass
-        finally:
-            self._server.shutdown()
-            accepting.join(10)
-            remove_ready(self.ready_file, os.getpid())
-
-    def shutdown(self) -> None:
-        """Stop serving, from any other thread (a stop signal's watcher: harness.config.stopsignals;
-        never a signal handler, which could land inside this Event's lock): serve_forever closes the
-        connections and returns."""
-        self._stop.set()

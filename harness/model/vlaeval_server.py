@@ -31,8 +31,6 @@ import hmac
 import http
 import io
 import logging
-import os
-import threading
 import urllib.parse
 from collections import deque
 from pathlib import Path
@@ -41,14 +39,14 @@ from typing import Any
 import numpy as np
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
-from websockets.sync.server import Request, Response, ServerConnection, serve
+from websockets.sync.server import Request, Response, ServerConnection
 
 from harness.config import knobs
 from harness.model.policyload import LoadedPolicy, PolicyCallFailed
 from harness.model.session import Drop, Session
+from harness.model.wsfront import WebSocketFrontEnd
 from harness.wire import protocol, vlaeval
 from harness.wire.errors import WireError
-from harness.wire.readyfile import advertised_host, remove_ready, run_token, write_ready
 
 log = logging.getLogger("vlaeval_server")
 
@@ -123,28 +121,16 @@ class VlaEvalSession:
         self.session.close()
 
 
-class VlaEvalServer:
-    """Listens on (bind, port 0) and publishes a ready file, like `ModelServer`; one thread a client."""
+class VlaEvalServer(WebSocketFrontEnd):
+    """Our model server to vla-eval's runner (harness.model.wsfront: listening, ready file, limits)."""
+
+    protocol, clients = "vlaeval", "vla-eval clients"
 
     def __init__(self, policy: LoadedPolicy, ready_file: str | Path, bind: str | None = None) -> None:
-        self.policy = policy
-        self.ready_file = Path(ready_file)
-        self.bind = knobs.get("MODEL_SERVER_BIND") if bind is None else bind
-        self.token = run_token(self.bind)
         self.exec_actions = knobs.get_int("EXEC_ACTIONS", minimum=0)
-        self._stop = threading.Event()
-        self._slots = threading.BoundedSemaphore(knobs.get_int("MODEL_SERVER_MAX_CONNS", minimum=1))
-        try:
-            self._server = serve(
-                self._handle, self.bind, 0, compression=None, max_size=knobs.get_int("WIRE_MAX_FRAME"),
-                process_request=self._process_request, ping_interval=None,
-                open_timeout=knobs.get_float("MODEL_SERVER_HELLO_TIMEOUT"),
-            )  # fmt: skip
-        except OSError as exc:
-            raise WireError(f"MODEL_SERVER_BIND={self.bind}: cannot listen there: {exc}") from None
-        self.port: int = self._server.socket.getsockname()[1]
+        super().__init__(policy, ready_file, bind)
 
-    def _process_request(self, conn: ServerConnection, request: Request) -> Response | None:
+    def admit(self, conn: ServerConnection, request: Request) -> Response | None:
         url = urllib.parse.urlsplit(request.path)
         if url.path == "/health":
             return conn.respond(http.HTTPStatus.OK, '{"status": "ok"}\n')
@@ -154,16 +140,10 @@ class VlaEvalServer:
                 return conn.respond(http.HTTPStatus.UNAUTHORIZED, "needs the run's token as ?token=...\n")
         return None
 
-    def _handle(self, conn: ServerConnection) -> None:
-        if not self._slots.acquire(blocking=False):
-            conn.close(CloseCode.TRY_AGAIN_LATER, "server busy: MODEL_SERVER_MAX_CONNS connections open")
-            return
-        try:
-            self._converse(conn)
-        finally:
-            self._slots.release()
+    def busy(self, conn: ServerConnection) -> None:
+        conn.close(CloseCode.TRY_AGAIN_LATER, "server busy: MODEL_SERVER_MAX_CONNS connections open")
 
-    def _converse(self, conn: ServerConnection) -> None:
+    def converse(self, conn: ServerConnection) -> None:
         peer = conn.remote_address
         session = VlaEvalSession(self.policy, self.exec_actions)
         try:
@@ -202,27 +182,3 @@ class VlaEvalServer:
         else:
             log.warning("vla-eval client %s: %s", peer, exc)
         conn.send(vlaeval.pack_message(vlaeval.ERROR, {"error": f"{type(exc).__name__}: {exc}"}, seq))
-
-    def serve_forever(self) -> None:
-        info: dict[str, Any] = {
-            "host": advertised_host(self.bind), "port": self.port, "pid": os.getpid(),
-            "policy": self.policy.name, "ckpt": self.policy.ckpt, "protocol": "vlaeval",
-        }  # fmt: skip
-        if self.token:
-            info["token"] = self.token
-        write_ready(self.ready_file, info)
-        log.info("serving %s to vla-eval clients on %s port %d", self.policy.name, self.bind, self.port)
-        # as OpenpiServer: websockets' shutdown() must not run in the thread of its serve_forever()
-        accepting = threading.Thread(target=self._server.serve_forever, daemon=True)
-        accepting.start()
-        try:
-            while not self._stop.wait(0.5):
-                pass
-        finally:
-            self._server.shutdown()
-            accepting.join(10)
-            remove_ready(self.ready_file, os.getpid())
-
-    def shutdown(self) -> None:
-        """Stop serving, from any other thread (a stop signal's watcher; never a signal handler)."""
-        self._stop.set()
