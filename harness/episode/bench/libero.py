@@ -6,7 +6,8 @@ each queued task against it and refuses a seed outside the init-state indices 0.
 episode), every record's sim_version names the LIBERO, robosuite and MuJoCo versions, and an oracle
 can be given the simulator's ground truth in the observation. The episode reproduces vla-eval
 0.8.0's LIBERO adapter (`harness.episode.bench.libero_suite` holds the settings): reset, set the
-init state, 10 settle steps, then one 7-D delta action a step, done = LIBERO's BDDL goal check.
+init state, 10 settle steps (rendering only the last one's frames, the first observation's:
+`frames_skipped`), then one 7-D delta action a step, done = LIBERO's BDDL goal check.
 
 Actions are vla-eval's LIBERO convention (declared in the hello as ACTION): delta position (robosuite
 OSC_POSE input in [-1, 1], 0.05 m at 1), delta axis-angle (0.5 rad at 1), gripper +1 close / -1 open
@@ -184,11 +185,12 @@ def frames_skipped() -> Iterator[None]:
 
     Why: the episode set-up (a task's env build and robosuite's hard reset, which render each camera
     to check its sensor's shape, the init state and the settle steps) rendered ~14 frames a camera
-    (~100 ms each on the CPU) that nobody looks at. A render changes no physics (MuJoCo's scene update only reads the state;
-    tests/episode/test_libero_setup.py checks the settled state bit-identical), and the camera
-    observables still sample on their own clock, so the last settle step renders the first
-    observation's frames as before. robosuite has no switch for this (a disabled observable stops its
-    sampling clock, and the sensor checks render regardless), hence the scoped patch of MjSim.render.
+    (~100 ms each on the CPU) that nobody looks at. A render changes no physics (MuJoCo's scene
+    update reads the state; tests/episode/test_libero_setup.py checks the whole integration state
+    bit-identical), and the camera observables keep sampling on their own clock, so the last settle
+    step renders the first observation's frames as before. robosuite has no switch for this (a
+    disabled observable stops its sampling clock, and the sensor checks render regardless), hence
+    the scoped patch of MjSim.render.
     """
     from robosuite.utils.binding_utils import MjSim
 
