@@ -6,7 +6,8 @@ each queued task against it and refuses a seed outside the init-state indices 0.
 episode), every record's sim_version names the LIBERO, robosuite and MuJoCo versions, and an oracle
 can be given the simulator's ground truth in the observation. The episode reproduces vla-eval
 0.8.0's LIBERO adapter (`harness.episode.bench.libero_suite` holds the settings): reset, set the
-init state, 10 settle steps, then one 7-D delta action a step, done = LIBERO's BDDL goal check.
+init state, 10 settle steps (rendering only the last one's frames, the first observation's:
+`frames_skipped`), then one 7-D delta action a step, done = LIBERO's BDDL goal check.
 
 Actions are vla-eval's LIBERO convention (declared in the hello as ACTION): delta position (robosuite
 OSC_POSE input in [-1, 1], 0.05 m at 1), delta axis-angle (0.5 rad at 1), gripper +1 close / -1 open
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -117,11 +119,16 @@ class LiberoEpisode:
         self.instruction = task.prompt or task.instruction  # a perturbation may reword it
         self.step_limit = bench.params.max_steps or STEP_LIMITS[task.suite]
         self.action_dim = ACTION_DIM
-        self._env = bench.env_for(task)
-        self._env.reset()
-        raw = self._env.set_init_state(init_states(task)[seed])
-        for _ in range(SETTLE_STEPS):
-            raw, _, _, _ = self._env.step(list(SETTLE_ACTION))
+        with frames_skipped():  # env build, reset, init state, all but the last settle step: no one looks
+            self._env = bench.env_for(task)
+            self._env.reset()
+            self._env.set_init_state(init_states(task)[seed])
+            for _ in range(SETTLE_STEPS - 1):
+                self._env.step(list(SETTLE_ACTION))
+        raw, _, _, _ = self._env.step(list(SETTLE_ACTION))  # renders as ever: the first observation's frames
+        for cam in bench.cameras:
+            if not raw[f"{CAMERAS[cam]}_image"].any():
+                raise RuntimeError(f"LIBERO {cam} camera: the first observation holds a skipped frame")
         self._raw, self._done = raw, False
         self._contacts = monitor_for(self._env.env)  # after the settle steps: they are not the policy's
         size = bench.params.image_size
@@ -170,6 +177,32 @@ class LiberoEpisode:
 
     def close(self) -> None:
         """Ends this episode only: the env is kept for the task's next seed."""
+
+
+@contextlib.contextmanager
+def frames_skipped() -> Iterator[None]:
+    """Within: every camera render of robosuite's MjSim returns a black frame without rendering.
+
+    Why: the episode set-up (a task's env build and robosuite's hard reset, which render each camera
+    to check its sensor's shape, the init state and the settle steps) rendered ~14 frames a camera
+    (~100 ms each on the CPU) that nobody looks at. A render changes no physics (MuJoCo's scene
+    update reads the state; tests/episode/test_libero_setup.py checks the whole integration state
+    bit-identical), and the camera observables keep sampling on their own clock, so the last settle
+    step renders the first observation's frames as before. robosuite has no switch for this (a
+    disabled observable stops its sampling clock, and the sensor checks render regardless), hence
+    the scoped patch of MjSim.render.
+    """
+    from robosuite.utils.binding_utils import MjSim
+
+    def black_frame(self: Any, width: int, height: int, **_: Any) -> np.ndarray:
+        return np.zeros((height, width, 3), np.uint8)
+
+    real = MjSim.render
+    MjSim.render = black_frame
+    try:
+        yield
+    finally:
+        MjSim.render = real
 
 
 def privileged_state(env: Any, raw: dict[str, Any]) -> dict[str, Any]:

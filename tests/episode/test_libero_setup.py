@@ -1,0 +1,115 @@
+"""LIBERO's episode set-up without the frames nobody looks at (issue 21, `outside_pct`).
+
+The set-up (robosuite's hard reset, the init state, the 10 settle steps) rendered ~14 frames a
+camera; now only the last settle step renders, the first observation's frames. These tests hold it
+to that and to changing nothing else: the whole MuJoCo integration state after the set-up, the
+first observation (images included) and the state and frames one policy step later are
+bit-identical with a set-up that renders every frame as vla-eval's does. One env build (~8 s) and a
+few set-ups on the CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from harness.episode.bench import load_benchmark
+from harness.episode.bench.libero import CAMERAS, ENV_SEED, LiberoBenchmark
+from harness.episode.bench.libero_suite import SETTLE_ACTION, SETTLE_STEPS, find_task, init_states
+
+SUITE = "libero_object"
+TASK = "pick up the alphabet soup and place it in the basket"
+SEED = 4
+pytestmark = pytest.mark.sim
+STEP = np.array([0.3, -0.2, 0.1, 0.0, 0.1, 0.0, 1.0])  # a policy step that moves and closes the gripper
+
+
+@pytest.fixture(scope="module")
+def bench() -> Iterator[LiberoBenchmark]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BENCH_PARAMS", "{wrist_image: true, image_size: 96}")
+        patch.delenv("ACTION_CONVENTION", raising=False)
+        bench = load_benchmark("libero")
+    try:
+        yield bench
+    finally:
+        bench.close_env()
+
+
+def _physics(env: Any) -> dict[str, np.ndarray]:
+    """MuJoCo's whole integration state (time, qpos, qvel, act, warm start, ctrl, applied forces,
+    mocap, ...) and the fixture poses LIBERO writes into the model at reset."""
+    import mujoco
+
+    model, data = env.sim.model._model, env.sim.data._data
+    spec = mujoco.mjtState.mjSTATE_INTEGRATION
+    state = np.empty(mujoco.mj_stateSize(model, spec))
+    mujoco.mj_getState(model, data, state, spec)
+    return {"state": state, "body_pos": model.body_pos.copy(), "body_quat": model.body_quat.copy()}
+
+
+def _fully_rendered_setup(bench: LiberoBenchmark) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """vla-eval's set-up, every frame rendered: reset, init state, settle steps."""
+    spec = find_task(SUITE, TASK)
+    env = bench.env_for(spec)
+    env.seed(ENV_SEED)
+    env.reset()
+    env.set_init_state(init_states(spec)[SEED])
+    for _ in range(SETTLE_STEPS):
+        raw, _, _, _ = env.step(list(SETTLE_ACTION))
+    return _physics(env.env), raw
+
+
+def _assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray], when: str) -> None:
+    for key in want:
+        assert np.array_equal(got[key], want[key]), f"{when}: {key} differs"
+
+
+def test_the_setup_renders_only_the_first_observations_frames(
+    bench: LiberoBenchmark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from robosuite.utils.binding_utils import MjSim
+
+    rendered: list[str] = []
+    real = MjSim.render
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        rendered.append(kwargs.get("camera_name", "?"))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(MjSim, "render", counted)
+    for when in ("the env build's episode", "a later episode"):
+        rendered.clear()
+        episode = bench.make_episode(TASK, SUITE, SEED)
+        assert sorted(rendered) == sorted(CAMERAS.values()), f"{when}: {rendered}"  # one a camera, not ~14
+    images = episode.observe()["images"]
+    assert set(images) == {"agentview", "wrist"}
+    for name, image in images.items():
+        assert image.shape == (96, 96, 3) and image.std() > 10, f"{name}: not a rendered frame"
+
+
+def test_a_settled_state_is_bit_identical_with_every_frame_rendered(bench: LiberoBenchmark) -> None:
+    want_physics, want_raw = _fully_rendered_setup(bench)
+    env = bench.env_for(find_task(SUITE, TASK))
+    want_after = env.step([*STEP[:6], 1.0])
+    want_after_physics = _physics(env.env)
+
+    env.seed(ENV_SEED)
+    episode = bench.make_episode(TASK, SUITE, SEED)
+    _assert_same(_physics(env.env), want_physics, "after the settle steps")
+    obs = episode.observe()
+    for cam, name in CAMERAS.items():
+        want_image = np.ascontiguousarray(want_raw[f"{name}_image"][::-1, ::-1])  # upright, as observed
+        assert np.array_equal(obs["images"][cam], want_image), f"first observation: {cam} frame differs"
+    assert np.array_equal(episode.video_frame(), obs["images"]["agentview"])
+    eef, fingers = (np.float32(want_raw[key]) for key in ("robot0_eef_pos", "robot0_gripper_qpos"))
+    assert np.array_equal(obs["proprio"][:3], eef) and np.array_equal(obs["proprio"][6:], fingers)
+    episode.apply(STEP)
+    _assert_same(_physics(env.env), want_after_physics, "one policy step later")
+    after = episode.observe()["images"]
+    for cam, name in CAMERAS.items():
+        want_image = np.ascontiguousarray(want_after[0][f"{name}_image"][::-1, ::-1])
+        assert np.array_equal(after[cam], want_image), f"one policy step later: {cam} frame differs"
