@@ -6,7 +6,6 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
-import struct
 
 import msgpack
 import numpy as np
@@ -14,7 +13,7 @@ import pytest
 
 from harness.wire.errors import StreamBroken, WireError
 from harness.wire.shm import INITIAL_SIZE, Offer, accept_offer, same_host
-from harness.wire.shmcodec import ShmCodec
+from harness.wire.shmcodec import HEADER, ShmCodec
 from tests.wire.test_wire import assert_same, sample
 
 LIMIT = 64 << 20
@@ -95,18 +94,35 @@ def test_a_location_outside_the_region_is_refused(ends) -> None:
     ]:
         skeleton = {"a": {"__shm__": [offset, nbytes], "dtype": "uint8", "shape": [8]}}
         with pytest.raises(WireError, match=match):
-            server.decode(struct.pack(">Q", 1) + msgpack.packb(skeleton))
+            server.decode(HEADER.pack(1, LIMIT) + msgpack.packb(skeleton))
     with pytest.raises(WireError, match="need 64"):  # size, dtype and shape must agree
         skeleton = {"a": {"__shm__": [64, 8], "dtype": "float64", "shape": [8]}}
-        server.decode(struct.pack(">Q", 1) + msgpack.packb(skeleton))
+        server.decode(HEADER.pack(1, LIMIT) + msgpack.packb(skeleton))
     with pytest.raises(WireError, match="refused"):  # only plain numeric dtypes, as on the socket
         skeleton = {"a": {"__shm__": [64, 8], "dtype": "object", "shape": [1]}}
-        server.decode(struct.pack(">Q", 1) + msgpack.packb(skeleton))
+        server.decode(HEADER.pack(1, LIMIT) + msgpack.packb(skeleton))
+
+
+def test_the_header_says_what_the_arrays_copy_and_decode_holds_it_to_that(ends) -> None:
+    """The server reserves what the header says before decoding: a frame whose arrays copy more is
+    refused before the copy that would pass it, and a header over the limit is refused outright."""
+    client, server = ends
+    body = client.encode({"a": np.zeros(1000, np.uint8), "b": {"c": np.zeros(10, np.float32)}})
+    assert server.array_bytes(body) == 1040
+    assert server.decode(bytes(body))["a"].nbytes == 1000
+    client.encode({})  # the region now holds frame 2
+    where = {"__shm__": [64, 512], "dtype": "uint8", "shape": [512]}
+    skeleton = msgpack.packb({"a": where, "b": where})
+    with pytest.raises(WireError, match="copy more than the 1000 bytes its header says"):
+        server.decode(HEADER.pack(2, 1000) + skeleton)
+    with pytest.raises(WireError, match=f"more than the limit of {LIMIT} bytes"):
+        server.array_bytes(HEADER.pack(2, LIMIT + 1) + skeleton)
+    assert server.decode(HEADER.pack(2, 1024) + skeleton)["b"].nbytes == 512
 
 
 def test_short_and_non_msgpack_bodies(ends) -> None:
     _, server = ends
-    with pytest.raises(StreamBroken, match="no sequence number"):
+    with pytest.raises(StreamBroken, match="no 16-byte header"):
         server.decode(b"\x00")
 
 
