@@ -2,19 +2,24 @@
 
 A frame body is a 16-byte header, two big-endian unsigned 64-bit numbers: the frame's sequence
 number and the bytes its arrays copy out of the region together; then the message as msgpack in
-which every array is `{"__shm__": [offset, nbytes], "dtype": .., "shape": ..}`: its bytes lie in the
-sender's region at that offset. The sender writes the arrays, then the frame's sequence number at
-the region's offset 0, and only then sends the frame; the receiver accepts a frame only if its
-number is the next one expected and the region holds that same number, before and after copying
-the arrays out. So a peer that died or stalled mid-write has sent no frame (its socket closes or
-stays silent, and the reader's socket timeouts apply), and a frame can never be read out of a
-region that holds another frame's data. Each direction counts its own frames from 1.
+which every array is the extension type ARRAY_EXT whose data says what it is: ndim (u8), the ndim
+dimensions (big-endian u64 each), then the numpy dtype string (ASCII, e.g. `|u1`). Its bytes lie
+in the sender's region, the arrays one after the other in the order the skeleton holds them, the
+first at DATA_START, each next one at the previous one's end rounded up to ALIGN bytes: so no
+array can point at another's bytes, and an array's description depends only on its dtype and
+shape (the sender packs each once, the reader parses each once).
 
-A frame's arrays together may copy at most the codec's limit out of the region (arrays may point
-at the same bytes, so the region's size alone bounds nothing), and at most what its header says:
-`array_bytes` reads that from the header (O(1), the skeleton is parsed once, by `decode`) so a
-reader can reserve the memory before decoding, and `decode` refuses a frame whose arrays copy more
-than the header said or than the limit, before the copy that would pass it.
+The sender writes the arrays, then the frame's sequence number at the region's offset 0, and only
+then sends the frame; the receiver accepts a frame only if its number is the next one expected and
+the region holds that same number, before and after copying the arrays out. So a peer that died or
+stalled mid-write has sent no frame (its socket closes or stays silent, and the reader's socket
+timeouts apply), and a frame can never be read out of a region that holds another frame's data.
+Each direction counts its own frames from 1.
+
+A frame's arrays together copy at most what its header says, and the header may say at most the
+codec's limit: `array_bytes` reads it (O(1): the skeleton is parsed once, by `decode`) so that a
+reader can reserve the memory before decoding, and `decode` refuses a header over the limit, and a
+frame whose arrays copy more than its header said before the copy that would pass it.
 
 Request/reply strictly alternate on a connection, so the writer owns its region from its frame
 until the answer arrives, and the reader copies the arrays out before it answers: what a policy
@@ -30,19 +35,34 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from harness.wire.arrays import ALLOWED_KINDS, parse_dtype, parse_shape, raw_bytes, to_wire
+from harness.wire.arrays import ALLOWED_KINDS, MAX_NDIM, parse_dtype, raw_bytes, to_wire
 from harness.wire.codecs import ND_KEY, plain_scalar
 from harness.wire.errors import StreamBroken, WireError
 from harness.wire.peermsgpack import refuse_ext
 from harness.wire.shm import SHM_CODEC, Region
 
-SHM_KEY = "__shm__"
-_KEYS = frozenset((SHM_KEY, "dtype", "shape"))
+ARRAY_EXT = 1  # the msgpack extension type code of an array in a region
 HEADER = struct.Struct(">QQ")  # the frame's sequence number, the bytes its arrays copy out
-_DATA_START = 64  # the region's first bytes hold the sequence number
-_ALIGN = 64
-_DTYPES: dict[str, np.dtype] = {}  # wire dtype field -> checked dtype: a frame's arrays repeat a few
-_DTYPES_MAX = 64  # bound the cache: a peer's odd but valid names must not grow it without end
+DATA_START = 64  # the region's first bytes hold the sequence number
+ALIGN = 64
+_DIMS = [struct.Struct(f">{n}Q") for n in range(MAX_NDIM + 1)]
+_NAME_MAX = 16  # dtype names longer than this are parsed every time, never kept
+_KINDS_MAX = 256  # each cache below: a peer's odd but valid arrays must not grow it without end
+_PACKED: dict[tuple[str, tuple[int, ...]], msgpack.ExtType] = {}  # (dtype, shape) -> its ARRAY_EXT
+_PARSED: dict[bytes, tuple[np.dtype, tuple[int, ...], int]] = {}  # ARRAY_EXT data -> dtype, shape, nbytes
+
+
+def array_ext(dtype: str, shape: tuple[int, ...]) -> msgpack.ExtType:
+    """The skeleton's stand-in for an array of `dtype` and `shape` (its bytes: in the region)."""
+    ext = _PACKED.get((dtype, shape))
+    if ext is None:
+        if len(shape) > MAX_NDIM:
+            raise WireError(f"an array of {len(shape)} dimensions cannot be sent (at most {MAX_NDIM})")
+        data = bytes([len(shape)]) + _DIMS[len(shape)].pack(*shape) + dtype.encode()
+        ext = msgpack.ExtType(ARRAY_EXT, data)
+        if len(_PACKED) < _KINDS_MAX:
+            _PACKED[(dtype, shape)] = ext
+    return ext
 
 
 class ShmCodec:
@@ -54,11 +74,12 @@ class ShmCodec:
         self._out, self._in, self._limit = outgoing, incoming, limit
         self._sent = self._received = 0
         self._copied = 0  # bytes copied out of the region by the frame being decoded
-        self._allowed = 0  # what the frame being decoded said it copies (its header, within the limit)
+        self._allowed = 0  # what the frame being decoded said it copies (its header)
+        self._next = DATA_START  # where the frame being decoded has its next array
 
     def encode(self, msg: dict[str, Any]) -> bytes:
         region, limit = self._out, self._limit
-        end = _DATA_START
+        end = DATA_START  # where the next array goes
         copied = 0  # what the header will say: the bytes the reader copies out
 
         def default(obj: Any) -> Any:  # each array goes into the region as the skeleton is packed
@@ -72,10 +93,9 @@ class ShmCodec:
             nbytes = len(data)
             region.grow(end + nbytes, limit)
             region.write(end, data)
-            field = {SHM_KEY: [end, nbytes], "dtype": arr.dtype.str, "shape": list(arr.shape)}
-            end += -(-nbytes // _ALIGN) * _ALIGN
+            end += -(-nbytes // ALIGN) * ALIGN
             copied += nbytes
-            return field
+            return array_ext(arr.dtype.str, arr.shape)
 
         skeleton = msgpack.packb(msg, default=default, use_bin_type=True)
         self._sent += 1
@@ -84,15 +104,16 @@ class ShmCodec:
 
     def decode(self, body: bytes | bytearray) -> dict[str, Any]:
         seq, said = self._header(body)
+        self._within_limit(said)
         if seq != self._received + 1:
             expected = self._received + 1
             raise StreamBroken(f"shared-memory frame out of sequence: expected {expected}, got {seq}")
         self._check_region(seq)
-        self._copied, self._allowed = 0, said
+        self._copied, self._allowed, self._next = 0, said, DATA_START
         try:
             msg = msgpack.unpackb(
-                memoryview(body)[HEADER.size :], raw=False, object_hook=self._hook, ext_hook=refuse_ext,
-                strict_map_key=True,
+                memoryview(body)[HEADER.size :], raw=False, object_hook=_refuse_inline,
+                ext_hook=self._array, strict_map_key=True,
             )  # fmt: skip
         except WireError:
             raise
@@ -108,11 +129,14 @@ class ShmCodec:
         """The bytes decoding `body` may copy out of the region, from its header; a WireError for
         a header that says more than the limit (decode refuses a frame that copies more than this)."""
         said = self._header(body)[1]
+        self._within_limit(said)
+        return said
+
+    def _within_limit(self, said: int) -> None:
         if said > self._limit:
             raise WireError(
                 f"shared-memory frame's arrays total {said} bytes, more than the limit of {self._limit} bytes"
             )
-        return said
 
     def _header(self, body: bytes | bytearray) -> tuple[int, int]:
         if len(body) < HEADER.size:
@@ -127,33 +151,20 @@ class ShmCodec:
                 "the peer did not finish writing it"
             )
 
-    def _hook(self, obj: dict[str, Any]) -> Any:
-        if SHM_KEY not in obj:
-            if ND_KEY in obj:
-                raise WireError("inline arrays are refused on a shared-memory connection")
-            return obj
-        if len(obj) != 3 or obj.keys() != _KEYS:
-            raise WireError(f"array object must have exactly the keys {sorted(_KEYS)}, got {sorted(obj)}")
-        where = obj[SHM_KEY]
-        if not (type(where) is list and len(where) == 2 and type(where[0]) is int and type(where[1]) is int):
-            raise WireError(f"array location must be [offset, nbytes], got {where!r:.80}")
-        offset, nbytes = where
-        if offset < _DATA_START or nbytes < 0:
-            raise WireError(f"array location [{offset}, {nbytes}] is outside the region's data")
+    def _array(self, code: int, data: bytes) -> np.ndarray:
+        """A copy of the next array out of the region, its description and bounds checked first."""
+        if code != ARRAY_EXT:
+            refuse_ext(code, data)
+        kind = _PARSED.get(data) or _parse_array(data)
+        dtype, shape, nbytes = kind
+        offset = self._next
         self._copied += nbytes
-        if self._copied > self._limit:
-            raise WireError(f"shared-memory frame's arrays total more than the limit of {self._limit} bytes")
-        if self._copied > self._allowed:
+        if self._copied > self._allowed:  # and so never more than the limit: the header is within it
             raise WireError(
                 f"shared-memory frame's arrays copy more than the {self._allowed} bytes its header says"
             )
-        dtype, shape = _dtype(obj["dtype"]), parse_shape(obj["shape"])
-        expected = math.prod(shape) * dtype.itemsize
-        if nbytes != expected:
-            raise WireError(
-                f"array data is {nbytes} bytes but dtype {dtype} and shape {list(shape)} need {expected}"
-            )
         self._in.cover(offset + nbytes, self._limit)
+        self._next = offset + -(-nbytes // ALIGN) * ALIGN
         return np.frombuffer(self._in.read(offset, nbytes), dtype=dtype).reshape(shape)
 
     def close(self) -> None:
@@ -161,11 +172,26 @@ class ShmCodec:
         self._in.close()
 
 
-def _dtype(field: Any) -> np.dtype:
-    """`parse_dtype`, remembered for the few names a connection's frames repeat."""
-    dtype = _DTYPES.get(field) if type(field) is str else None
-    if dtype is None:
-        dtype = parse_dtype(field)
-        if len(_DTYPES) < _DTYPES_MAX:
-            _DTYPES[field] = dtype
-    return dtype
+def _refuse_inline(obj: dict[str, Any]) -> dict[str, Any]:
+    if ND_KEY in obj:
+        raise WireError("inline arrays are refused on a shared-memory connection")
+    return obj
+
+
+def _parse_array(data: bytes) -> tuple[np.dtype, tuple[int, ...], int]:
+    """(dtype, shape, nbytes) of an ARRAY_EXT's data, refusing what `parse_dtype` refuses."""
+    ndim = data[0] if data else -1
+    if not 0 <= ndim <= MAX_NDIM or len(data) < 1 + 8 * ndim:
+        raise WireError(
+            f"array description of {len(data)} bytes: expected ndim (at most {MAX_NDIM}), dims, dtype"
+        )
+    shape = _DIMS[ndim].unpack_from(data, 1)
+    name = data[1 + 8 * ndim :]
+    try:
+        dtype = parse_dtype(name.decode("ascii"))
+    except UnicodeDecodeError:
+        raise WireError(f"array dtype {name!r:.40} is not an ASCII numpy dtype name") from None
+    kind = (dtype, shape, math.prod(shape) * dtype.itemsize)
+    if len(_PARSED) < _KINDS_MAX and len(name) <= _NAME_MAX:
+        _PARSED[bytes(data)] = kind
+    return kind
