@@ -4,7 +4,9 @@ Each session (one sim client's connection) is a `Member`; its thread calls `subm
 until its answer is there. One of the blocked threads at a time is the leader: it decides when the
 pending requests go, runs the call (outside the lock) and hands the answers out; the others sleep
 on their own event, so an arrival wakes one thread, not all of them; and the arrival that lets a
-waiting batch go runs it itself (it is awake already) instead of waking the leader.
+waiting batch go runs it itself (it is awake already) instead of waking the leader. An event is
+made only for a thread that has to wait: one that can lead at once (K = 1, a batch it fills) runs
+its call without one, and without letting the lock go between its arrival and the decision.
 
 When to go: at once when `max_batch` requests are pending, or when no member that could still join
 is expected before the deadline: `max_wait_s` after the batch could first have gone (the first
