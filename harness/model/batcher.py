@@ -4,7 +4,9 @@ Each session (one sim client's connection) is a `Member`; its thread calls `subm
 until its answer is there. One of the blocked threads at a time is the leader: it decides when the
 pending requests go, runs the call (outside the lock) and hands the answers out; the others sleep
 on their own event, so an arrival wakes one thread, not all of them; and the arrival that lets a
-waiting batch go runs it itself (it is awake already) instead of waking the leader.
+waiting batch go runs it itself (it is awake already) instead of waking the leader. An event is
+made only for a thread that has to wait: one that can lead at once (K = 1, a batch it fills) runs
+its call without one, and without letting the lock go between its arrival and the decision.
 
 When to go: at once when `max_batch` requests are pending, or when no member that could still join
 is expected before the deadline: `max_wait_s` after the batch could first have gone (the first
@@ -51,7 +53,7 @@ class _Item:
     member: Member
     payload: Any
     arrived: float
-    event: threading.Event = field(default_factory=threading.Event)
+    event: threading.Event | None = None  # made (under the lock) only once the item has to wait
     done: bool = False
     lead: bool = False
     result: Any = None
@@ -154,12 +156,18 @@ class Batcher:
                 # this arrival lets the waiting leader go: run the batch from this thread (it is
                 # already awake) and send the old leader back to waiting for its answer
                 self._leader.lead = False
+                self._leader.event = self._leader.event or threading.Event()
                 self._leader = item
                 item.lead = True
                 self._wake.notify_all()
-        while not item.done:
-            if item.lead:
+            if item.lead:  # leading at once (K = 1, or the arrival that fills a batch): no release
                 self._lead(item)
+            else:
+                item.event = threading.Event()
+        while not item.done:
+            if item.lead:  # the lead was handed to it while it waited
+                with self._lock:
+                    self._lead(item)
             else:
                 item.event.wait()
                 item.event.clear()
@@ -168,30 +176,30 @@ class Batcher:
         return item.result
 
     def _lead(self, mine: _Item) -> None:
-        """Run batches until `mine` is answered, then hand the lead to the oldest pending item."""
-        with self._lock:
-            while not mine.done and mine.lead:
-                batch, timeout = self._claim(self.clock())
-                if batch is None:
-                    self._wake.wait(timeout)
-                    continue
-                self._running = True
-                self._lock.release()
-                started = self.clock()
-                try:
-                    outcomes = self._call(batch)
-                except BaseException:  # this thread is being torn down: the others must not hang
-                    self._lock.acquire()
-                    self._running = False
-                    self._deliver(batch, [RuntimeError("the model call was interrupted")] * len(batch))
-                    self._hand_off(mine)
-                    raise
+        """Run batches until `mine` is answered, then hand the lead to the oldest pending item.
+        Called with the lock held (released during the model call and the waits)."""
+        while not mine.done and mine.lead:
+            batch, timeout = self._claim(self.clock())
+            if batch is None:
+                self._wake.wait(timeout)
+                continue
+            self._running = True
+            self._lock.release()
+            started = self.clock()
+            try:
+                outcomes = self._call(batch)
+            except BaseException:  # this thread is being torn down: the others must not hang
                 self._lock.acquire()
                 self._running = False
-                self._stats.busy_s += self.clock() - started
-                self._deliver(batch, outcomes)
-            if mine.lead:  # else another arrival took the lead over while this one waited
+                self._deliver(batch, [RuntimeError("the model call was interrupted")] * len(batch))
                 self._hand_off(mine)
+                raise
+            self._lock.acquire()
+            self._running = False
+            self._stats.busy_s += self.clock() - started
+            self._deliver(batch, outcomes)
+        if mine.lead:  # else another arrival took the lead over while this one waited
+            self._hand_off(mine)
 
     def _hand_off(self, mine: _Item) -> None:
         """`mine` leads no more: the oldest pending item's thread leads next, if there is one."""
@@ -199,7 +207,8 @@ class Batcher:
         self._leader = self._pending[0] if self._pending else None
         if self._leader is not None:
             self._leader.lead = True
-            self._leader.event.set()
+            if self._leader.event is not None:  # None only for `mine`, whose thread is awake
+                self._leader.event.set()
 
     def _claim(self, now: float) -> tuple[list[_Item] | None, float | None]:
         """The batch to run now, or (None, seconds to wait before deciding again).
@@ -244,7 +253,8 @@ class Batcher:
             item.done = True
             item.member.waiting = False
             item.member.answered_at = now
-            item.event.set()
+            if item.event is not None:  # None: the item that leads, which is not waiting
+                item.event.set()
         self._stats.calls += 1
         self._stats.items += len(batch)
         self._stats.sizes[len(batch)] += 1

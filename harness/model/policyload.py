@@ -186,12 +186,12 @@ class LoadedPolicy:
                 f"{self.name}.generate_actions returned a batch of {arr.shape[0]} chunks "
                 f"for {batch} requests (shape {arr.shape})"
             )
-        rows = arr[:1] if batch is None else arr
-        return [  # copies: a reply is encoded after the call, when the wrapper may reuse its buffer
-            row.copy()
-            if np.all(np.isfinite(row))
-            else PolicyCallFailed(f"{self.name}.generate_actions returned non-finite actions")
-            for row in rows
+        # one copy for all rows: a reply is encoded after the call, when the wrapper may reuse its buffer
+        rows = (arr[:1] if batch is None else arr).copy()
+        finite = np.isfinite(rows).all(axis=(1, 2)).tolist()
+        return [
+            row if ok else PolicyCallFailed(f"{self.name}.generate_actions returned non-finite actions")
+            for row, ok in zip(rows, finite, strict=True)
         ]
 
 

@@ -1,17 +1,25 @@
 """The `shm` codec: arrays through a connection's shared-memory regions, the rest as msgpack.
 
-A frame body is an 8-byte big-endian sequence number, then the message as msgpack in which every
-array is `{"__shm__": [offset, nbytes], "dtype": .., "shape": ..}`: its bytes lie in the sender's
-region at that offset. The sender writes the arrays, then the frame's sequence number at the
-region's offset 0, and only then sends the frame; the receiver accepts a frame only if its number
-is the next one expected and the region holds that same number, before and after copying the
-arrays out. So a peer that died or stalled mid-write has sent no frame (its socket closes or stays
-silent, and the reader's socket timeouts apply), and a frame can never be read out of a region
-that holds another frame's data. Each direction counts its own frames from 1.
+A frame body is a 16-byte header, two big-endian unsigned 64-bit numbers: the frame's sequence
+number and the bytes its arrays copy out of the region together; then the message as msgpack in
+which every array is the extension type ARRAY_EXT whose data says what it is: ndim (u8), the ndim
+dimensions (big-endian u64 each), then the numpy dtype string (ASCII, e.g. `|u1`). Its bytes lie
+in the sender's region, the arrays one after the other in the order the skeleton holds them, the
+first at DATA_START, each next one at the previous one's end rounded up to ALIGN bytes: so no
+array can point at another's bytes, and an array's description depends only on its dtype and
+shape (the sender packs each once, the reader parses each once).
 
-A frame's arrays together may copy at most the codec's limit out of the region (arrays may point
-at the same bytes, so the region's size alone bounds nothing); `array_bytes` says what a frame
-will copy before it is decoded, so a reader can reserve that memory first.
+The sender writes the arrays, then the frame's sequence number at the region's offset 0, and only
+then sends the frame; the receiver accepts a frame only if its number is the next one expected and
+the region holds that same number, before and after copying the arrays out. So a peer that died or
+stalled mid-write has sent no frame (its socket closes or stays silent, and the reader's socket
+timeouts apply), and a frame can never be read out of a region that holds another frame's data.
+Each direction counts its own frames from 1.
+
+A frame's arrays together copy at most what its header says, and the header may say at most the
+codec's limit: `array_bytes` reads it (O(1): the skeleton is parsed once, by `decode`) so that a
+reader can reserve the memory before decoding, and `decode` refuses a header over the limit, and a
+frame whose arrays copy more than its header said before the copy that would pass it.
 
 Request/reply strictly alternate on a connection, so the writer owns its region from its frame
 until the answer arrives, and the reader copies the arrays out before it answers: what a policy
@@ -20,23 +28,41 @@ keeps (a history) never aliases a region.
 
 from __future__ import annotations
 
+import math
 import struct
 from typing import Any
 
 import msgpack
 import numpy as np
 
-from harness.wire.arrays import from_buffer, raw_bytes, to_wire
+from harness.wire.arrays import ALLOWED_KINDS, MAX_NDIM, parse_dtype, raw_bytes, to_wire
 from harness.wire.codecs import ND_KEY, plain_scalar
 from harness.wire.errors import StreamBroken, WireError
 from harness.wire.peermsgpack import refuse_ext
 from harness.wire.shm import SHM_CODEC, Region
 
-SHM_KEY = "__shm__"
-_KEYS = frozenset((SHM_KEY, "dtype", "shape"))
-_SEQ = struct.Struct(">Q")
-_DATA_START = 64  # the region's first bytes hold the sequence number
-_ALIGN = 64
+ARRAY_EXT = 1  # the msgpack extension type code of an array in a region
+HEADER = struct.Struct(">QQ")  # the frame's sequence number, the bytes its arrays copy out
+DATA_START = 64  # the region's first bytes hold the sequence number
+ALIGN = 64
+_DIMS = [struct.Struct(f">{n}Q") for n in range(MAX_NDIM + 1)]
+_NAME_MAX = 16  # dtype names longer than this are parsed every time, never kept
+_KINDS_MAX = 256  # each cache below: a peer's odd but valid arrays must not grow it without end
+_PACKED: dict[tuple[str, tuple[int, ...]], msgpack.ExtType] = {}  # (dtype, shape) -> its ARRAY_EXT
+_PARSED: dict[bytes, tuple[np.dtype, tuple[int, ...], int]] = {}  # ARRAY_EXT data -> dtype, shape, nbytes
+
+
+def array_ext(dtype: str, shape: tuple[int, ...]) -> msgpack.ExtType:
+    """The skeleton's stand-in for an array of `dtype` and `shape` (its bytes: in the region)."""
+    ext = _PACKED.get((dtype, shape))
+    if ext is None:
+        if len(shape) > MAX_NDIM:
+            raise WireError(f"an array of {len(shape)} dimensions cannot be sent (at most {MAX_NDIM})")
+        data = bytes([len(shape)]) + _DIMS[len(shape)].pack(*shape) + dtype.encode()
+        ext = msgpack.ExtType(ARRAY_EXT, data)
+        if len(_PACKED) < _KINDS_MAX:
+            _PACKED[(dtype, shape)] = ext
+    return ext
 
 
 class ShmCodec:
@@ -48,43 +74,46 @@ class ShmCodec:
         self._out, self._in, self._limit = outgoing, incoming, limit
         self._sent = self._received = 0
         self._copied = 0  # bytes copied out of the region by the frame being decoded
+        self._allowed = 0  # what the frame being decoded said it copies (its header)
+        self._next = DATA_START  # where the frame being decoded has its next array
 
     def encode(self, msg: dict[str, Any]) -> bytes:
-        arrays: list[tuple[int, memoryview]] = []
-        end = _DATA_START
+        region, limit = self._out, self._limit
+        end = DATA_START  # where the next array goes
+        copied = 0  # what the header will say: the bytes the reader copies out
 
-        def default(obj: Any) -> Any:
-            nonlocal end
+        def default(obj: Any) -> Any:  # each array goes into the region as the skeleton is packed
+            nonlocal end, copied
             if not isinstance(obj, np.ndarray):
                 return plain_scalar(obj)
-            arr = to_wire(obj)
+            dtype = obj.dtype
+            native = dtype.kind in ALLOWED_KINDS and dtype.isnative and obj.flags.c_contiguous
+            arr = obj if native else to_wire(obj)
             data = raw_bytes(arr)
-            arrays.append((end, data))
-            field = {SHM_KEY: [end, len(data)], "dtype": arr.dtype.str, "shape": list(arr.shape)}
-            end += -(-len(data) // _ALIGN) * _ALIGN
-            return field
+            nbytes = len(data)
+            region.grow(end + nbytes, limit)
+            region.write(end, data)
+            end += -(-nbytes // ALIGN) * ALIGN
+            copied += nbytes
+            return array_ext(arr.dtype.str, arr.shape)
 
         skeleton = msgpack.packb(msg, default=default, use_bin_type=True)
-        self._out.grow(end, self._limit)
-        for offset, data in arrays:
-            self._out.write(offset, data)
         self._sent += 1
-        self._out.seq = self._sent
-        return _SEQ.pack(self._sent) + skeleton
+        region.seq = self._sent
+        return HEADER.pack(self._sent, copied) + skeleton
 
     def decode(self, body: bytes | bytearray) -> dict[str, Any]:
-        if len(body) < _SEQ.size:
-            raise StreamBroken(f"shared-memory frame of {len(body)} bytes has no sequence number")
-        (seq,) = _SEQ.unpack_from(body)
+        seq, said = self._header(body)
+        self._within_limit(said)
         if seq != self._received + 1:
             expected = self._received + 1
             raise StreamBroken(f"shared-memory frame out of sequence: expected {expected}, got {seq}")
         self._check_region(seq)
-        self._copied = 0
+        self._copied, self._allowed, self._next = 0, said, DATA_START
         try:
             msg = msgpack.unpackb(
-                memoryview(body)[_SEQ.size :], raw=False, object_hook=self._hook, ext_hook=refuse_ext,
-                strict_map_key=True,
+                memoryview(body)[HEADER.size :], raw=False, object_hook=_refuse_inline,
+                ext_hook=self._array, strict_map_key=True,
             )  # fmt: skip
         except WireError:
             raise
@@ -97,24 +126,22 @@ class ShmCodec:
         return msg
 
     def array_bytes(self, body: bytes | bytearray) -> int:
-        """The bytes decoding `body` will copy out of the region (0 for a frame decode refuses)."""
-        total = 0
+        """The bytes decoding `body` may copy out of the region, from its header; a WireError for
+        a header that says more than the limit (decode refuses a frame that copies more than this)."""
+        said = self._header(body)[1]
+        self._within_limit(said)
+        return said
 
-        def count(obj: dict[str, Any]) -> Any:
-            nonlocal total
-            where = obj.get(SHM_KEY)
-            if isinstance(where, list) and len(where) == 2 and type(where[1]) is int and where[1] > 0:
-                total += where[1]
-            return obj
+    def _within_limit(self, said: int) -> None:
+        if said > self._limit:
+            raise WireError(
+                f"shared-memory frame's arrays total {said} bytes, more than the limit of {self._limit} bytes"
+            )
 
-        try:
-            msgpack.unpackb(
-                memoryview(body)[_SEQ.size :], raw=False, object_hook=count, ext_hook=refuse_ext,
-                strict_map_key=True,
-            )  # fmt: skip
-        except (WireError, ValueError, TypeError, msgpack.UnpackException, RecursionError):
-            return 0
-        return total
+    def _header(self, body: bytes | bytearray) -> tuple[int, int]:
+        if len(body) < HEADER.size:
+            raise StreamBroken(f"shared-memory frame of {len(body)} bytes has no {HEADER.size}-byte header")
+        return HEADER.unpack_from(body)
 
     def _check_region(self, seq: int) -> None:
         held = self._in.seq
@@ -124,25 +151,47 @@ class ShmCodec:
                 "the peer did not finish writing it"
             )
 
-    def _hook(self, obj: dict[str, Any]) -> Any:
-        if ND_KEY in obj:
-            raise WireError("inline arrays are refused on a shared-memory connection")
-        if SHM_KEY not in obj:
-            return obj
-        if obj.keys() != _KEYS:
-            raise WireError(f"array object must have exactly the keys {sorted(_KEYS)}, got {sorted(obj)}")
-        where = obj[SHM_KEY]
-        if not (isinstance(where, list) and len(where) == 2 and all(type(v) is int for v in where)):
-            raise WireError(f"array location must be [offset, nbytes], got {where!r:.80}")
-        offset, nbytes = where
-        if offset < _DATA_START or nbytes < 0:
-            raise WireError(f"array location [{offset}, {nbytes}] is outside the region's data")
+    def _array(self, code: int, data: bytes) -> np.ndarray:
+        """A copy of the next array out of the region, its description and bounds checked first."""
+        if code != ARRAY_EXT:
+            refuse_ext(code, data)
+        kind = _PARSED.get(data) or _parse_array(data)
+        dtype, shape, nbytes = kind
+        offset = self._next
         self._copied += nbytes
-        if self._copied > self._limit:
-            raise WireError(f"shared-memory frame's arrays total more than the limit of {self._limit} bytes")
+        if self._copied > self._allowed:  # and so never more than the limit: the header is within it
+            raise WireError(
+                f"shared-memory frame's arrays copy more than the {self._allowed} bytes its header says"
+            )
         self._in.cover(offset + nbytes, self._limit)
-        return from_buffer(self._in.read(offset, nbytes), obj["dtype"], obj["shape"])
+        self._next = offset + -(-nbytes // ALIGN) * ALIGN
+        return np.frombuffer(self._in.read(offset, nbytes), dtype=dtype).reshape(shape)
 
     def close(self) -> None:
         self._out.close()
         self._in.close()
+
+
+def _refuse_inline(obj: dict[str, Any]) -> dict[str, Any]:
+    if ND_KEY in obj:
+        raise WireError("inline arrays are refused on a shared-memory connection")
+    return obj
+
+
+def _parse_array(data: bytes) -> tuple[np.dtype, tuple[int, ...], int]:
+    """(dtype, shape, nbytes) of an ARRAY_EXT's data, refusing what `parse_dtype` refuses."""
+    ndim = data[0] if data else -1
+    if not 0 <= ndim <= MAX_NDIM or len(data) < 1 + 8 * ndim:
+        raise WireError(
+            f"array description of {len(data)} bytes: expected ndim (at most {MAX_NDIM}), dims, dtype"
+        )
+    shape = _DIMS[ndim].unpack_from(data, 1)
+    name = data[1 + 8 * ndim :]
+    try:
+        dtype = parse_dtype(name.decode("ascii"))
+    except UnicodeDecodeError:
+        raise WireError(f"array dtype {name!r:.40} is not an ASCII numpy dtype name") from None
+    kind = (dtype, shape, math.prod(shape) * dtype.itemsize)
+    if len(_PARSED) < _KINDS_MAX and len(name) <= _NAME_MAX:
+        _PARSED[bytes(data)] = kind
+    return kind

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from harness.config.failures import Refused
-from harness.model.policyload import PolicyCallFailed, PolicyRefused, load_policy
+from harness.model.policyload import PolicyCallFailed, PolicyRefused, Request, load_policy
 from harness.wire.client import PolicyClient
 from harness.wire.errors import RemoteError
 from support.wirekit import REPO, SPEC, client, episode, obs, running_server
@@ -305,3 +305,25 @@ def test_bad_batch_settings_name_the_setting(
         monkeypatch.setenv(name, value)
     with pytest.raises(PolicyRefused, match=message):
         load_policy(NOISY, "", overrides)
+
+
+def test_a_non_finite_chunk_fails_only_its_request_and_answers_never_alias_the_wrapper(
+    tmp_path: Path,
+) -> None:
+    """One copy serves a whole batch's answers: each request still gets its own outcome, and a
+    wrapper reusing its output buffer after the call changes no answer already given."""
+    wrapper = write_wrapper(
+        tmp_path / "reuse",
+        "max_batch: 4\ndeterministic: true\n",
+        "def generate_actions(self, proprio):\n"
+        "        self.out = np.zeros((len(proprio), 4, 10), np.float32)\n"
+        "        self.out[:] = proprio[:, :1, None]\n"
+        "        self.out[proprio[:, 0] < 0] = np.nan\n"
+        "        return self.out",
+    )
+    policy = load_policy(wrapper)
+    requests = [Request(None, {"proprio": np.full((1, 10), v, np.float32)}, 0, None) for v in (1, -1, 3)]
+    first, bad, third = policy._run(requests)
+    assert isinstance(bad, PolicyCallFailed) and "non-finite actions" in str(bad)
+    policy.model.out[:] = 7  # the wrapper reuses its buffer for its next call
+    assert (first == 1).all() and (third == 3).all() and first.shape == (4, 10)

@@ -32,7 +32,7 @@ from harness.wire.errors import WireError
 from harness.wire.frames import DEFAULT_MAX_FRAME, recv_frame
 from harness.wire.readyfile import read_ready
 from harness.wire.shm import Offer, accept_offer
-from harness.wire.shmcodec import ShmCodec
+from harness.wire.shmcodec import HEADER, ShmCodec, array_ext
 from support.wirefuzz import WireFuzzer
 from support.wirekit import (
     NOISY,
@@ -237,17 +237,21 @@ def _infers(sock: socket.socket, extra_bytes: int) -> bool:
 
 
 def test_shared_memory_arrays_may_not_copy_more_than_the_limit_out_of_a_region() -> None:
-    """Arrays pointing at the same bytes: a 1 MiB region must not turn into 3 MiB of copies."""
+    """Six half-MiB arrays: a frame of a 1 MiB limit must not turn into 3 MiB of copies."""
     offer = Offer()
     request, reply = accept_offer(offer.field, 1 << 20)
     server = ShmCodec(reply, request, 1 << 20)
     try:
         offer.request.seq = 1
-        where = {"__shm__": [64, 1 << 19], "dtype": "uint8", "shape": [1 << 19]}
-        body = struct.pack(">Q", 1) + msgpack.packb({"type": "infer", "step": 0, "obs": {"a": [where] * 6}})
-        assert server.array_bytes(body) == 6 << 19  # what the server reserves before copying
-        with pytest.raises(WireError, match="arrays total more than the limit of 1048576 bytes"):
+        where = array_ext("|u1", (1 << 19,))
+        skeleton = msgpack.packb({"type": "infer", "step": 0, "obs": {"a": [where] * 6}})
+        body = HEADER.pack(1, 6 << 19) + skeleton
+        with pytest.raises(WireError, match=f"total {6 << 19} bytes, more than the limit"):
+            server.array_bytes(body)  # what the server would reserve before copying: refused
+        with pytest.raises(WireError, match="more than the limit of 1048576 bytes"):
             server.decode(body)
+        with pytest.raises(WireError, match="copy more than the 524288 bytes its header says"):
+            server.decode(HEADER.pack(1, 1 << 19) + skeleton)  # a header within it must hold
     finally:
         server.close()
         offer.close()

@@ -14,7 +14,7 @@ import pytest
 
 from harness.wire.errors import StreamBroken, WireError
 from harness.wire.shm import INITIAL_SIZE, Offer, accept_offer, same_host
-from harness.wire.shmcodec import ShmCodec
+from harness.wire.shmcodec import ARRAY_EXT, HEADER, ShmCodec, array_ext
 from tests.wire.test_wire import assert_same, sample
 
 LIMIT = 64 << 20
@@ -84,29 +84,60 @@ def test_a_frame_the_region_does_not_hold_is_refused(ends) -> None:
         server.decode(body)
 
 
-def test_a_location_outside_the_region_is_refused(ends) -> None:
+def _frame(seq: int, array_bytes: int, msg: dict) -> bytes:
+    """A hand-made frame body: the header, then the skeleton (arrays as `array_ext`)."""
+    return HEADER.pack(seq, array_bytes) + msgpack.packb(msg)
+
+
+def test_an_array_the_region_does_not_hold_is_refused(ends) -> None:
     client, server = ends
     client.encode({})  # the region now holds frame 1
-    for offset, nbytes, match in [
-        (INITIAL_SIZE, 8, "holds"),
-        (LIMIT, 8, "holds"),
-        (8, 8, "outside the region's data"),
-        (64, -1, "outside the region's data"),
+    for shape in [(INITIAL_SIZE,), (LIMIT,)]:
+        with pytest.raises(WireError, match="holds"):
+            server.decode(_frame(1, LIMIT, {"a": array_ext("|u1", shape)}))
+    with pytest.raises(WireError, match="holds"):  # arrays follow each other: two halves pass the end
+        half = array_ext("|u1", (INITIAL_SIZE // 2,))
+        server.decode(_frame(1, LIMIT, {"a": half, "b": half}))
+
+
+def test_array_descriptions_are_checked(ends) -> None:
+    client, server = ends
+    client.encode({})  # the region now holds frame 1
+    for data, match in [
+        (b"", "expected ndim"),
+        (bytes([33]) + bytes(33 * 8) + b"|u1", "expected ndim"),
+        (bytes([2]) + bytes(8) + b"|u1", "expected ndim"),  # fewer dims than it says
+        (bytes([1]) + struct.pack(">Q", 8) + b"object", "refused"),  # only plain numeric dtypes
+        (bytes([1]) + struct.pack(">Q", 8) + b"\xff\xfe", "not an ASCII numpy dtype"),
+        (bytes([1]) + struct.pack(">Q", 8) + b"nonsense", "not a numpy dtype"),
     ]:
-        skeleton = {"a": {"__shm__": [offset, nbytes], "dtype": "uint8", "shape": [8]}}
         with pytest.raises(WireError, match=match):
-            server.decode(struct.pack(">Q", 1) + msgpack.packb(skeleton))
-    with pytest.raises(WireError, match="need 64"):  # size, dtype and shape must agree
-        skeleton = {"a": {"__shm__": [64, 8], "dtype": "float64", "shape": [8]}}
-        server.decode(struct.pack(">Q", 1) + msgpack.packb(skeleton))
-    with pytest.raises(WireError, match="refused"):  # only plain numeric dtypes, as on the socket
-        skeleton = {"a": {"__shm__": [64, 8], "dtype": "object", "shape": [1]}}
-        server.decode(struct.pack(">Q", 1) + msgpack.packb(skeleton))
+            server.decode(_frame(1, LIMIT, {"a": msgpack.ExtType(ARRAY_EXT, data)}))
+    with pytest.raises(WireError, match="extension type 5 refused"):
+        server.decode(_frame(1, LIMIT, {"a": msgpack.ExtType(5, b"")}))
+    with pytest.raises(WireError, match="inline arrays are refused"):
+        server.decode(_frame(1, LIMIT, {"a": {"__ndarray__": b"", "dtype": "uint8", "shape": [0]}}))
+
+
+def test_the_header_says_what_the_arrays_copy_and_decode_holds_it_to_that(ends) -> None:
+    """The server reserves what the header says before decoding: a frame whose arrays copy more is
+    refused before the copy that would pass it, and a header over the limit is refused outright."""
+    client, server = ends
+    body = client.encode({"a": np.zeros(1000, np.uint8), "b": {"c": np.zeros(10, np.float32)}})
+    assert server.array_bytes(body) == 1040
+    assert server.decode(bytes(body))["a"].nbytes == 1000
+    client.encode({})  # the region now holds frame 2
+    arrays = {"a": array_ext("|u1", (512,)), "b": array_ext("<f4", (128,))}
+    with pytest.raises(WireError, match="copy more than the 1000 bytes its header says"):
+        server.decode(_frame(2, 1000, arrays))
+    with pytest.raises(WireError, match=f"more than the limit of {LIMIT} bytes"):
+        server.array_bytes(_frame(2, LIMIT + 1, arrays))
+    assert server.decode(_frame(2, 1024, arrays))["b"].shape == (128,)
 
 
 def test_short_and_non_msgpack_bodies(ends) -> None:
     _, server = ends
-    with pytest.raises(StreamBroken, match="no sequence number"):
+    with pytest.raises(StreamBroken, match="no 16-byte header"):
         server.decode(b"\x00")
 
 
