@@ -157,6 +157,10 @@ def test_cli_once_and_watch(run: RunDir, tmp_path: Path) -> None:
         stdout=terminal,
         stderr=subprocess.PIPE,
         text=True,
+        # ^C as a person's terminal delivers it: a suite started in the background (`cmd &` in a
+        # script) runs with SIGINT ignored, which its children inherit, and Python then installs no
+        # KeyboardInterrupt handler, so the watcher never saw the test's ^C
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     os.close(terminal)
     screen, deadline = "", time.monotonic() + 120
