@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from harness.wire.readyfile import advertised_host, remove_ready, run_token, wri
 log = logging.getLogger("model_server")
 
 
-class WebSocketFrontEnd:
+class WebSocketFrontEnd(ABC):
     """A front end: subclasses set `protocol` and `clients` (for the log) and define `converse`,
     `busy` (refuse a connection over the limit) and `admit` (the HTTP request before the upgrade:
     health checks and the token; None lets it through)."""
@@ -51,14 +52,17 @@ class WebSocketFrontEnd:
             raise WireError(f"MODEL_SERVER_BIND={self.bind}: cannot listen there: {exc}") from None
         self.port: int = self._server.socket.getsockname()[1]
 
+    @abstractmethod
     def admit(self, conn: ServerConnection, request: Request) -> Response | None:
-        raise NotImplementedError
+        """The HTTP request before the upgrade: a response (health, refusal), or None to upgrade."""
 
+    @abstractmethod
     def busy(self, conn: ServerConnection) -> None:
-        raise NotImplementedError
+        """Refuse a connection over MODEL_SERVER_MAX_CONNS, in the protocol's words."""
 
+    @abstractmethod
     def converse(self, conn: ServerConnection) -> None:
-        raise NotImplementedError
+        """Serve one connection until the peer leaves."""
 
     def _handle(self, conn: ServerConnection) -> None:
         if not self._slots.acquire(blocking=False):
