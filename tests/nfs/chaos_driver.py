@@ -96,9 +96,12 @@ class Pool:
         """Restart each worker that died; one that exited 0 saw nothing left to claim and stays ended."""
         for slot, proc in list(self.procs.items()):
             if proc.returncode is None and proc.poll() is not None and proc.returncode != 0:
-                lines = (self.logs / f"worker-{self.ids[slot]}.log").read_text().splitlines()
-                self.exits.append((self.ids[slot], proc.returncode, lines[-1] if lines else ""))
+                self.exits.append((self.ids[slot], proc.returncode, self.last_line(slot)))
                 self.start(slot)
+
+    def last_line(self, slot: int) -> str:
+        lines = (self.logs / f"worker-{self.ids[slot]}.log").read_text().splitlines()
+        return lines[-1] if lines else ""
 
     def live(self, exclude: set[int] = frozenset()) -> set[int]:
         return {p.pid for p in self.procs.values() if p.poll() is None and p.pid not in exclude}
@@ -213,7 +216,8 @@ def main() -> None:
         pool.restart_dead()  # a kill in the loop's last pass: its slot's next incarnation finds nothing left
         if frozen_slot is not None and "t_cont" not in frozen:
             os.kill(pool.procs[frozen_slot].pid, signal.SIGCONT)
-        ends = {pool.ids[s]: proc.wait(90) for s, proc in pool.procs.items()}  # they see nothing left
+        # they see nothing left, or a kill in the loop's last passes stopped them (their last line says)
+        ends = [(pool.ids[s], proc.wait(90), pool.last_line(s)) for s, proc in pool.procs.items()]
     finally:
         for proc in pool.procs.values():
             stop_group(proc)

@@ -54,7 +54,9 @@ def test_chaos_on_nfs_every_seed_once_and_the_frozen_worker_commits_nothing(nfs_
     stopped = ("model server died", "attempts in a row failed for a cause other than their unit")
     for _wid, status, last_line in f["mid_run_exits"]:
         assert status == -signal.SIGKILL or (status == 1 and any(s in last_line for s in stopped)), last_line
-    assert set(f["final_exits"].values()) <= {0}, f["final_exits"]
+    # after the last unit: nothing left to claim, or stopped by a kill in the killer's last passes
+    for _wid, status, last_line in f["final_exits"]:
+        assert status == 0 or (status == 1 and any(s in last_line for s in stopped)), (status, last_line)
     assert f["torn"] == [] and f["bad"] == []
     assert f["lost"] == [] and f["double"] == []
     assert f["check_finished"] == "ok"
