@@ -32,6 +32,12 @@ ARGS = ("--workers", str(WORKERS), "--cells", "40", "--seeds", "4", "--unit-seed
 ARGS += ("--kill-every", "3", "6")  # 10+ kills however long the run takes
 
 
+def stopped_by_faults(status: int, last_line: str) -> bool:
+    """Exit 1 because its model server died too often, or its breaker tripped (faults not its units')."""
+    stopped = ("model server died", "attempts in a row failed for a cause other than their unit")
+    return status == 1 and any(s in last_line for s in stopped)
+
+
 def test_chaos_on_nfs_every_seed_once_and_the_frozen_worker_commits_nothing(nfs_guest) -> None:
     f = run_scenario(nfs_guest, "chaos_driver", *ARGS, timeout=540, **KNOBS)
     frozen = f["frozen"]
@@ -50,13 +56,11 @@ def test_chaos_on_nfs_every_seed_once_and_the_frozen_worker_commits_nothing(nfs_
     assert sum(f["kills"].values()) >= 10
     assert all(f["kills"].get(role) for role in ("worker", "server", "simclient")), f["kills"]
     assert f["nodes"] == {"1": WORKERS // 2, "2": WORKERS // 2}
-    # killed, or stopped by its server's deaths or by its breaker (model-server faults in a row)
-    stopped = ("model server died", "attempts in a row failed for a cause other than their unit")
-    for _wid, status, last_line in f["mid_run_exits"]:
-        assert status == -signal.SIGKILL or (status == 1 and any(s in last_line for s in stopped)), last_line
+    for _wid, status, last_line in f["mid_run_exits"]:  # killed, or stopped by the kills
+        assert status == -signal.SIGKILL or stopped_by_faults(status, last_line), last_line
     # after the last unit: nothing left to claim, or stopped by a kill in the killer's last passes
     for _wid, status, last_line in f["final_exits"]:
-        assert status == 0 or (status == 1 and any(s in last_line for s in stopped)), (status, last_line)
+        assert status == 0 or stopped_by_faults(status, last_line), (status, last_line)
     assert f["torn"] == [] and f["bad"] == []
     assert f["lost"] == [] and f["double"] == []
     assert f["check_finished"] == "ok"
