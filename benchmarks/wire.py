@@ -4,13 +4,14 @@ The observation is 3 cameras × 224×224×3 uint8 + a 10-D proprio; the reply a 
 (the `hold` policy, so the model costs ~nothing). The server runs in a separate process, as in a
 real worker. Three codecs over TCP loopback: msgpack, our JSON, and the reference JSON+base64 done
 the plain way (stdlib json + base64, str round trips); the same-host shared-memory transport
-(`shm`, harness.wire.shm: arrays through memfd regions, msgpack header on the socket) and a plain
+(`shm`, harness.wire.shm: arrays through memfd regions, msgpack header on the server's Unix socket,
+harness.wire.local, as a client on its host dials it; `shm_tcp`: the same over TCP) and a plain
 memcpy of the observation's arrays into a buffer (the physical floor), measured in the same run;
 and, on the same payload, the two other ecosystems' protocols over WebSocket: openpi (our server
 in MODEL_SERVER_PROTOCOL=openpi mode, harness.wire.openpi's client) and vla-eval (vla-eval's own
 `serve` with a `hold` PredictModelServer, harness.wire.vlaeval's client). Prints the median and p90
 µs per round trip; the last line is `msgpack_rt_us=<n> json_rt_us=<n> plain_json_rt_us=<n>
-shm_rt_us=<n> memcpy_rt_us=<n> openpi_rt_us=<n> vla_eval_rt_us=<n>` followed by the
+shm_rt_us=<n> shm_tcp_rt_us=<n> memcpy_rt_us=<n> openpi_rt_us=<n> vla_eval_rt_us=<n>` followed by the
 `<name>_p90_us=<n>` of each, then `shm_vs_memcpy=<shm median / memcpy median>`. It prints
 figures; it does not pass or fail on speed.
 """
@@ -128,13 +129,16 @@ Infer = Callable[[dict[str, Any], int], np.ndarray]
 
 
 def native_client(ready: Path, name: str) -> tuple[Infer, Callable[[], None]]:
-    """Our client with codec `name` over the socket, or (`shm`) with shared memory required."""
-    if name == "shm":
-        client = PolicyClient.from_ready_file(ready, timeout_s=60, shm="1")
+    """Our client with codec `name` over TCP, or (`shm`) with shared memory required, over the
+    server's Unix socket (the same-host default) or (`shm_tcp`) over TCP."""
+    if name.startswith("shm"):
+        unix = "0" if name == "shm_tcp" else "auto"
+        client = PolicyClient.from_ready_file(ready, timeout_s=60, shm="1", unix=unix)
     else:
-        client = PolicyClient.from_ready_file(ready, timeout_s=60, codec=name, shm="0")
+        client = PolicyClient.from_ready_file(ready, timeout_s=60, codec=name, shm="0", unix="0")
     client.hello(SPEC)
-    assert type(client._codec) is (ShmCodec if name == "shm" else codecs.CODECS[name])
+    assert type(client._codec) is (ShmCodec if name.startswith("shm") else codecs.CODECS[name])
+    assert (client._sock.family == socket.AF_UNIX) == (name == "shm")
     client.reset("bench", "bench", "hold still", 0)
     return client.infer, client.close
 
@@ -221,7 +225,7 @@ def main() -> None:
         ]  # fmt: skip
         try:
             wait_vla_eval(port, servers[2])
-            names = ("msgpack", "json", "plain_json", "shm")
+            names = ("msgpack", "json", "plain_json", "shm", "shm_tcp")
             clients = {name: native_client(ready, name) for name in names}
             clients["memcpy"] = memcpy_client()
             clients["openpi"] = openpi_client(openpi_ready)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from harness.config.failures import run_command
 from harness.config.knobtypes import FLAG, MAPPING, NAME, TEXT, Accepts, choice, integer, number, seconds
 from harness.wire.frames import DEFAULT_MAX_FRAME
+from harness.wire.local import UNIX_MODES
 from harness.wire.shm import SHM_MODES
 
 QUEUE_MODES = ("lease",)  # the reference's QUEUE_MODE knob: the lease queue is the only mode
@@ -185,6 +186,9 @@ KNOBS: dict[str, Knob] = {
         Knob("WIRE_SHM", "auto",
              "arrays through shared memory: auto (when the model server is on this host), 0 (never), "
              "1 (always; an error if refused)", False, accepts=choice(*SHM_MODES)),
+        Knob("WIRE_UNIX", "auto",
+             "auto (a client on the model server's host dials its Unix socket, TCP if that fails) or 0 "
+             "(TCP only, both ends)", False, accepts=choice(*UNIX_MODES)),
         # model server memory (harness.model.inflight)
         Knob("MODEL_SERVER_INFLIGHT_BYTES", str(DEFAULT_MAX_FRAME),
              "request bytes a model server's connections hold at once (frames over 256 KiB, shared-memory "

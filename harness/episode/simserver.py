@@ -36,6 +36,7 @@ from harness.episode.external import ExternalPolicyClient
 from harness.episode.simclient import SimClient, SimJob
 from harness.wire.client import PolicyClient
 from harness.wire.errors import PeerClosed, WireError
+from harness.wire.local import UNIX_MODES
 from harness.wire.shm import SHM_MODES
 
 UNIT_END = "UNIT_END "  # the prefix of the answer line that ends a unit in `--serve` mode
@@ -99,7 +100,8 @@ def connect(ready_file: Path, timeout_s: float, run_dir: Path) -> PolicyClient |
         bind = knobs.get("MODEL_SERVER_BIND")
         return PolicyClient.listen(ready_file, timeout_s=timeout_s, bind=bind, **wire)
     host = knobs.get("MODEL_SERVER_HOST") or None
-    return PolicyClient.from_ready_file(ready_file, timeout_s=timeout_s, host=host, **wire)
+    unix = knobs.get_choice("WIRE_UNIX", UNIX_MODES)
+    return PolicyClient.from_ready_file(ready_file, timeout_s=timeout_s, host=host, unix=unix, **wire)
 
 
 def external_client(run_dir: Path) -> ExternalPolicyClient:

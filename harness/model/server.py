@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import selectors
 import socket
 import threading
 import time
@@ -40,6 +41,7 @@ from harness.wire import protocol
 from harness.wire.codecs import Codec, JsonCodec
 from harness.wire.errors import PeerClosed, StreamBroken, WireError
 from harness.wire.frames import send_frame, set_no_delay
+from harness.wire.local import UNIX_MODES, host_identity, unix_listener
 from harness.wire.readyfile import (
     advertised_host,
     listen_socket,
@@ -182,7 +184,8 @@ def _try_send(conn: socket.socket, codec: Codec, msg: dict[str, Any]) -> None:
 
 
 class ModelServer:
-    """Listens on (bind, port 0), publishes a ready file, one thread per client, up to a limit."""
+    """Listens on (bind, port 0) and, unless WIRE_UNIX=0, on an abstract Unix socket for clients on
+    this host (`harness.wire.local`); publishes a ready file; one thread per client, up to a limit."""
 
     def __init__(self, policy: LoadedPolicy, ready_file: str | Path, bind: str | None = None) -> None:
         self.policy = policy
@@ -197,11 +200,21 @@ class ModelServer:
         self._budget = inflight_budget()  # one for all its connections
         self._stop = threading.Event()
         try:
-            self._listener = listen_socket(self.bind, backlog=64)
+            tcp = listen_socket(self.bind, backlog=64)
         except OSError as exc:
             raise WireError(f"MODEL_SERVER_BIND={self.bind}: cannot listen there: {exc}") from None
-        self._listener.settimeout(0.2)
-        self.port: int = self._listener.getsockname()[1]
+        self.port: int = tcp.getsockname()[1]
+        self._listeners = [tcp]
+        self.unix: str | None = None
+        if knobs.get_choice("WIRE_UNIX", UNIX_MODES) != "0":
+            try:
+                unix, self.unix = unix_listener(backlog=64)
+            except OSError as exc:  # TCP still serves every client
+                log.warning("no Unix socket for same-host clients (%s): they use TCP", exc)
+            else:
+                self._listeners.append(unix)
+        for listener in self._listeners:
+            listener.setblocking(False)
 
     def publish(self) -> None:
         info: dict[str, Any] = {
@@ -213,6 +226,8 @@ class ModelServer:
         }
         if self.token:
             info["token"] = self.token
+        if self.unix:
+            info["unix"], info["host_id"] = self.unix, host_identity()
         write_ready(self.ready_file, info)
 
     def serve_forever(self) -> None:
@@ -220,24 +235,31 @@ class ModelServer:
         self.publish()
         log.info("serving %s on %s port %d", self.policy.name, self.bind, self.port)
         starved = False  # accept() is failing (descriptors, buffers): said once, until it works again
+        ready = selectors.DefaultSelector()
+        for listener in self._listeners:
+            ready.register(listener, selectors.EVENT_READ)
         try:
             while not self._stop.is_set():
-                try:
-                    conn, peer = self._listener.accept()
-                except TimeoutError:
-                    continue
-                except OSError as exc:
-                    if not starved:
-                        log.warning("cannot accept connections (%s): retrying until it passes", exc)
-                    starved = True
-                    self._stop.wait(ACCEPT_BACKOFF_S)
-                    continue
-                if starved:
-                    log.info("accepting connections again")
-                    starved = False
-                self._admit(conn, peer)
+                for key, _ in ready.select(timeout=0.2):
+                    try:
+                        conn, peer = key.fileobj.accept()  # type: ignore[union-attr]
+                    except BlockingIOError:  # another event took it, or the peer left
+                        continue
+                    except OSError as exc:
+                        if not starved:
+                            log.warning("cannot accept connections (%s): retrying until it passes", exc)
+                        starved = True
+                        self._stop.wait(ACCEPT_BACKOFF_S)
+                        continue
+                    if starved:
+                        log.info("accepting connections again")
+                        starved = False
+                    conn.setblocking(True)
+                    self._admit(conn, peer)
         finally:
-            self._listener.close()
+            ready.close()
+            for listener in self._listeners:
+                listener.close()
             remove_ready(self.ready_file, os.getpid())
             log.info("batch stats: %s", self.policy.batcher.stats().line())
 
@@ -249,7 +271,7 @@ class ModelServer:
             _drop(conn, JsonCodec(), _peer(conn), busy, self._faults)
             conn.close()
             return
-        log.info("client %s connected", peer)
+        log.info("client %s connected", peer or "on the Unix socket")
         threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:

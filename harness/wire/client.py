@@ -22,6 +22,7 @@ from harness.wire import protocol
 from harness.wire.codecs import CODECS, Codec, JsonCodec, get_codec
 from harness.wire.errors import WireError
 from harness.wire.frames import DEFAULT_MAX_FRAME, recv_frame, send_frame, set_no_delay
+from harness.wire.local import UNIX_MODES, dial_unix, reachable
 from harness.wire.readyfile import (
     advertised_host,
     listen_socket,
@@ -73,16 +74,28 @@ class PolicyClient:
         timeout_s: float = 300.0,
         io_timeout_s: float = DEFAULT_IO_TIMEOUT_S,
         host: str | None = None,
+        unix: str = "auto",
         **options: Any,
     ) -> PolicyClient:
         """Wait for the server's ready file, then connect (retrying while a stale file points nowhere).
 
         `host` (MODEL_SERVER_HOST), when given, overrides the host in the file (cross-node setups);
-        `options` (codec, max_frame, shm) go to the constructor.
+        otherwise a server on this host is dialled on its Unix socket unless `unix` (WIRE_UNIX) is
+        "0", over TCP when that fails. `options` (codec, max_frame, shm) go to the constructor.
         """
+        if unix not in UNIX_MODES:
+            raise WireError(f"WIRE_UNIX={unix!r}: expected one of {', '.join(UNIX_MODES)}")
         deadline = time.monotonic() + timeout_s
         while True:
             info = wait_ready(path, max(0.0, deadline - time.monotonic()))
+            name = reachable(info) if host is None and unix == "auto" else None
+            if name is not None:
+                try:
+                    sock = dial_unix(name, timeout_s=min(10.0, timeout_s))
+                except OSError:
+                    pass  # a stale file, or a socket this process cannot reach: TCP says which
+                else:
+                    return cls(sock, token=info.get("token"), io_timeout_s=io_timeout_s, **options)
             address = host or info["host"]
             try:
                 sock = socket.create_connection((address, info["port"]), timeout=min(10.0, timeout_s))
