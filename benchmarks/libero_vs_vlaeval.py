@@ -9,12 +9,14 @@ privileged-state field (`harness.episode.bench.libero_vlaeval`). Timed from star
 server to the last shard's exit. Ours: `scripts/new_run.py` then `scripts/run_local.sh 1`, one
 local node at our default sizing (CPU_WORKERS=auto: one worker per core, each with its own model
 server), BENCHMARK=libero, RECORD_VIDEO=0; timed from the pool's start to its exit. Both sides
-render on the CPU with software EGL and use LIBERO's step limit (280); vla-eval renders the wrist
-camera too (it always does), we render agentview only.
+render on the CPU with software EGL and use LIBERO's step limit (280). vla-eval renders the wrist
+camera too (it always does), so ours runs twice: with the same two cameras (`wrist_image: true`: the
+like-for-like figure) and with agentview only (our default, what a one-camera policy pays).
 
 `--episodes` E are the init states 0..k-1 of the first E/k tasks, k = ceil(E/10) (20: all ten tasks,
-init states 0 and 1). Prints both sides' figures; last line:
-`libero_vs_vlaeval=<ours/theirs> ours_eph=<n> theirs_eph=<n>`.
+init states 0 and 1). Prints each side's figures; last line:
+`libero_vs_vlaeval=<ours with both cameras / theirs> libero_vs_vlaeval_agentview=<r> ours_eph=<n>
+ours_agentview_eph=<n> theirs_eph=<n>`.
 
 Example (the shared machine: a short run):
   $SIM_PY benchmarks/libero_vs_vlaeval.py --episodes 4
@@ -85,14 +87,16 @@ def run_theirs(work: Path, tasks: list[str], init_states: int, shards: int) -> t
     return wall, sum(success for success, _ in outcomes.values())
 
 
-def run_ours(work: Path, tasks: list[str], init_states: int) -> tuple[float, int]:
-    """(wall seconds, successes) of our local pool, one node at the default sizing."""
+def run_ours(work: Path, tasks: list[str], init_states: int, wrist: bool) -> tuple[float, int]:
+    """(wall seconds, successes) of our local pool, one node at the default sizing; `wrist`: render
+    the wrist camera as well as agentview."""
     work.mkdir(parents=True)
     queue = work / "queue.txt"
     queue.write_text("".join(f"libero {task}\n" for task in tasks))
     env = {**os.environ, **render_env(), "PYTHONPATH": str(ROOT), "EVAL_ROOT": str(ROOT), "BUNDLE": str(ROOT)}
     env.update(RUNS_ROOT=str(work), STUDY_RUN="ours", BENCHMARK="libero", BENCH_CONFIG=SUITE, POLICY=POLICY)
-    env.update(BENCH_PARAMS=json.dumps({"privileged_state": True}), USE_EVAL_SEEDS="0", RECORD_VIDEO="0")
+    params = {"privileged_state": True, "wrist_image": wrist}
+    env.update(BENCH_PARAMS=json.dumps(params), USE_EVAL_SEEDS="0", RECORD_VIDEO="0")
     env.update(EVAL_TEST_NUM=str(init_states))
     env.pop("ACTION_CONVENTION", None)
     created = subprocess.run(
@@ -130,11 +134,16 @@ def main() -> int:
     print(
         f"theirs: vla-eval run, {args.shards} shards: {theirs_ok}/{args.episodes} solved in {theirs_s:.1f} s"
     )
-    ours_s, ours_ok = run_ours(work / "ours", tasks, init_states)
-    print(f"ours:   run_local.sh 1 (default sizing): {ours_ok}/{args.episodes} solved in {ours_s:.1f} s")
-    ours_eph, theirs_eph = args.episodes * 3600 / ours_s, args.episodes * 3600 / theirs_s
+    eph = {"theirs": args.episodes * 3600 / theirs_s}
+    for name, wrist in (("ours", True), ("ours_agentview", False)):
+        wall, solved = run_ours(work / name, tasks, init_states, wrist)
+        cameras = "agentview + wrist" if wrist else "agentview"
+        print(f"{name}: run_local.sh 1 ({cameras}): {solved}/{args.episodes} solved in {wall:.1f} s")
+        eph[name] = args.episodes * 3600 / wall
     print(
-        f"libero_vs_vlaeval={ours_eph / theirs_eph:.2f} ours_eph={ours_eph:.0f} theirs_eph={theirs_eph:.0f}"
+        f"libero_vs_vlaeval={eph['ours'] / eph['theirs']:.2f} "
+        f"libero_vs_vlaeval_agentview={eph['ours_agentview'] / eph['theirs']:.2f} "
+        + " ".join(f"{name}_eph={value:.0f}" for name, value in eph.items())
     )
     return 0
 
