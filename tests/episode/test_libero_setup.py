@@ -1,11 +1,15 @@
-"""LIBERO's episode set-up without the frames nobody looks at (issue 21, `outside_pct`).
+"""LIBERO's episode set-up without the frames nobody looks at and without the hard reset (issue 21,
+`outside_pct`).
 
 The set-up (robosuite's hard reset, the init state, the 10 settle steps) rendered ~14 frames a
-camera; now only the last settle step renders, the first observation's frames. These tests hold it
-to that and to changing nothing else: the whole MuJoCo integration state after the set-up, the
-first observation (images included) and the state and frames one policy step later are
-bit-identical with a set-up that renders every frame as vla-eval's does. One env build (~8 s) and a
-few set-ups on the CPU.
+camera; now only the last settle step renders, the first observation's frames, and the reset is
+the soft one, seeded (`harness.episode.bench.libero.reset_episode`). These tests hold it to that and
+to changing nothing else: the whole MuJoCo integration state and the fixture poses after the
+set-up, the first observation (images included) and the state and frames one policy step later are
+bit-identical with vla-eval's set-up (hard reset, every frame rendered) in a fresh env's first
+episode, even when the episode runs after another one in a kept env. A task with fixtures
+(libero_goal's cabinet and stove, placed from numpy's global RNG at reset) is among them. Two env
+builds (~8 s each) and a few set-ups on the CPU.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from harness.episode.bench.libero_suite import SETTLE_ACTION, SETTLE_STEPS, find
 SUITE = "libero_object"
 TASK = "pick up the alphabet soup and place it in the basket"
 SEED = 4
+EPISODES = [(SUITE, TASK, SEED), ("libero_goal", "put the bowl on the stove", 2)]  # the second has fixtures
 pytestmark = pytest.mark.sim
 STEP = np.array([0.3, -0.2, 0.1, 0.0, 0.1, 0.0, 1.0])  # a policy step that moves and closes the gripper
 
@@ -51,13 +56,20 @@ def _physics(env: Any) -> dict[str, np.ndarray]:
     return {"state": state, "body_pos": model.body_pos.copy(), "body_quat": model.body_quat.copy()}
 
 
-def _fully_rendered_setup(bench: LiberoBenchmark) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """vla-eval's set-up, every frame rendered: reset, init state, settle steps."""
-    spec = find_task(SUITE, TASK)
+def _fully_rendered_setup(
+    bench: LiberoBenchmark, suite: str, task: str, seed: int
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """vla-eval's set-up in a fresh env's first episode, every frame rendered: the env's seed, a hard
+    reset, the init state, the settle steps."""
+    spec = find_task(suite, task)
     env = bench.env_for(spec)
     env.seed(ENV_SEED)
-    env.reset()
-    env.set_init_state(init_states(spec)[SEED])
+    env.env.hard_reset = True
+    try:
+        env.reset()
+    finally:
+        env.env.hard_reset = False
+    env.set_init_state(init_states(spec)[seed])
     for _ in range(SETTLE_STEPS):
         raw, _, _, _ = env.step(list(SETTLE_ACTION))
     return _physics(env.env), raw
@@ -91,14 +103,19 @@ def test_the_setup_renders_only_the_first_observations_frames(
         assert image.shape == (96, 96, 3) and image.std() > 10, f"{name}: not a rendered frame"
 
 
-def test_a_settled_state_is_bit_identical_with_every_frame_rendered(bench: LiberoBenchmark) -> None:
-    want_physics, want_raw = _fully_rendered_setup(bench)
-    env = bench.env_for(find_task(SUITE, TASK))
+@pytest.mark.parametrize(("suite", "task", "seed"), EPISODES)
+def test_a_settled_state_is_bit_identical_with_a_hard_reset_and_every_frame_rendered(
+    bench: LiberoBenchmark, suite: str, task: str, seed: int
+) -> None:
+    """The episode runs after the reference's, in the same kept env: the reference's policy step
+    closed the gripper and its reset drew the fixtures' poses, and neither may carry over."""
+    want_physics, want_raw = _fully_rendered_setup(bench, suite, task, seed)
+    env = bench.env_for(find_task(suite, task))
     want_after = env.step([*STEP[:6], 1.0])
     want_after_physics = _physics(env.env)
 
-    env.seed(ENV_SEED)
-    episode = bench.make_episode(TASK, SUITE, SEED)
+    episode = bench.make_episode(task, suite, seed)
+    assert not env.env.hard_reset
     _assert_same(_physics(env.env), want_physics, "after the settle steps")
     obs = episode.observe()
     for cam, name in CAMERAS.items():
