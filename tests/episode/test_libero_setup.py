@@ -8,8 +8,8 @@ to changing nothing else: the whole MuJoCo integration state and the fixture pos
 set-up, the first observation (images included) and the state and frames one policy step later are
 bit-identical with vla-eval's set-up (hard reset, every frame rendered) in a fresh env's first
 episode, even when the episode runs after another one in a kept env. A task with fixtures
-(libero_goal's cabinet and stove, placed from numpy's global RNG at reset) is among them. Two env
-builds (~8 s each) and a few set-ups on the CPU.
+(libero_goal's cabinet and stove, placed from numpy's global RNG at reset) is among them: one task
+of each suite. Five env builds (~8 s each) and a few set-ups on the CPU.
 """
 
 from __future__ import annotations
@@ -27,7 +27,13 @@ from harness.episode.bench.libero_suite import SETTLE_ACTION, SETTLE_STEPS, find
 SUITE = "libero_object"
 TASK = "pick up the alphabet soup and place it in the basket"
 SEED = 4
-EPISODES = [(SUITE, TASK, SEED), ("libero_goal", "put the bowl on the stove", 2)]  # the second has fixtures
+EPISODES = [  # one task of each suite; libero_goal's and libero_spatial's place a cabinet and a stove
+    (SUITE, TASK, SEED),
+    ("libero_goal", "put the bowl on the stove", 2),
+    ("libero_spatial", "pick up the black bowl next to the ramekin and place it on the plate", 7),
+    ("libero_10", "put both the cream cheese box and the butter in the basket", 11),
+    ("libero_90", "close the top drawer of the cabinet [KITCHEN_SCENE10]", 49),
+]
 pytestmark = pytest.mark.sim
 STEP = np.array([0.3, -0.2, 0.1, 0.0, 0.1, 0.0, 1.0])  # a policy step that moves and closes the gripper
 
