@@ -129,9 +129,13 @@ def terminate_all(grace_s: float = 15.0) -> None:
 
 
 def stop_on_signals() -> None:
-    """Turn SIGTERM into SystemExit, so `finally: terminate_all()` runs when the orchestrator is stopped."""
+    """Turn SIGTERM into SystemExit, so `finally: terminate_all()` runs when the orchestrator is stopped.
+
+    The first SIGTERM ignores the ones after it: `scancel` and a supervisor's stop both send more
+    than one, and a second SystemExit raised inside `terminate_all` would leave the pools running."""
 
     def handler(signum: int, _frame: object) -> None:
+        signal.signal(signum, signal.SIG_IGN)
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)
