@@ -26,8 +26,8 @@ node.stdout.readline()  # its SIGTERM handler is in place
 started = pools.Started([node])
 with pools._live_lock:
     pools._live.add(started)
-print(node.pid, flush=True)
 try:
+    print(node.pid, flush=True)  # inside the try: a SIGTERM from here on lands in it
     time.sleep(600)
 finally:
     print("stopping", flush=True)
