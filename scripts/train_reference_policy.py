@@ -42,6 +42,13 @@ def parse_settings(argv: list[str] | None = None) -> TrainSettings:
         "--gripper-weight", type=float, default=d.gripper_weight,
         help="weight of the gripper channel in the L1 loss (default: 1, the plain mean)",
     )  # fmt: skip
+    p.add_argument(
+        "--image-res", type=int, default=d.image_res, help=f"model image side, px (default: {d.image_res})"
+    )
+    p.add_argument(
+        "--no-keypoints", dest="keypoints", action="store_false",
+        help="without the spatial-softmax keypoints (the first shipped checkpoint's model)",
+    )  # fmt: skip
     p.add_argument("--threads", type=int, default=d.threads, help=f"torch CPU threads (default: {d.threads})")
     p.add_argument("--log-every", type=int, default=d.log_every, help="steps between progress lines")
     p.add_argument(

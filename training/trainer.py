@@ -44,6 +44,8 @@ class TrainSettings:
     save_every: int = 500
     early_fraction: float = 0.2
     gripper_weight: float = 1.0  # the gripper channel's weight in the loss (ReferenceVLAConfig)
+    image_res: int = 96  # the model's image side (the collector's images are 96 px)
+    keypoints: bool = True  # the spatial-softmax keypoints (ReferenceVLAConfig)
     threads: int = 2
     log_every: int = 25  # how often it prints: does not change the result
     stop_after: int = 0  # train in pieces: does not change the result
@@ -54,6 +56,8 @@ class TrainSettings:
             raise ValueError("need --steps >= 1, --batch >= 1, 0 < --early-fraction < 1, --save-every >= 1")
         if self.gripper_weight <= 0:
             raise ValueError(f"--gripper-weight {self.gripper_weight}: need > 0")
+        if not 16 <= self.image_res <= 96 or self.image_res % 16:
+            raise ValueError(f"--image-res {self.image_res}: need a multiple of 16 in 16..96 (data: 96 px)")
         if self.log_every < 1:
             raise ValueError(f"--log-every {self.log_every}: need >= 1")
         if 0 < self.stop_after < self.steps and self.stop_after % self.save_every:
@@ -103,7 +107,7 @@ class Trainer:
         torch.set_num_threads(settings.threads)
         torch.use_deterministic_algorithms(True)
         torch.manual_seed(settings.seed)
-        base = ReferenceVLAConfig()
+        base = ReferenceVLAConfig(image_res=settings.image_res, keypoints=settings.keypoints)
         self.samples, self.card = load_samples(settings.data, base.image_res, base.num_actions)
         table = load_table()
         self.tokenizer = train_tokenizer([t.instruction for t in table.tasks.values()])
@@ -114,7 +118,8 @@ class Trainer:
         )  # fmt: skip
         config = ReferenceVLAConfig(
             vocab_size=len(self.tokenizer), norm_stats=norm_stats(self.samples),
-            gripper_loss_weight=settings.gripper_weight,
+            gripper_loss_weight=settings.gripper_weight, image_res=settings.image_res,
+            keypoints=settings.keypoints,
         )  # fmt: skip
         self.model = ReferenceVLAModel(config)
         self.optimizer = _optimizer(self.model, settings.lr)

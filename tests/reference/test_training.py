@@ -105,3 +105,29 @@ def test_the_gripper_weight_changes_the_loss_and_is_saved_with_the_checkpoint(
     assert first[0] != first[1]  # same init and batch: only the weighting differs
     refused = train(model_py, data, tmp_path / "bad", "--gripper-weight", "0")
     assert refused.returncode == 2 and "--gripper-weight 0.0: need > 0" in refused.stderr
+
+
+def test_keypoints_find_a_bright_spot_and_are_saved_with_the_checkpoint(
+    tmp_path: Path, model_py: str
+) -> None:
+    """The spatial softmax puts a channel's keypoint on its peak; a trained checkpoint records the
+    keypoints and image side it was trained with, and `--no-keypoints` trains the first model."""
+    probe = (
+        "import torch; from policy.reference.modeling import spatial_softmax\n"
+        "f = torch.zeros(1, 2, 12, 12); f[0, 0, 2, 9] = 50.0; f[0, 1, 11, 0] = 50.0\n"
+        "print(' '.join(f'{v:.3f}' for v in spatial_softmax(f, torch.tensor(1.0))[0].tolist()))\n"
+    )
+    done = subprocess.run([model_py, "-c", probe], env={"PYTHONPATH": str(REPO)}, capture_output=True,
+                          text=True, timeout=300, cwd=REPO)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    x0, x1, y0, y1 = map(float, done.stdout.split())  # [x of each channel, y of each channel]
+    step = 2 / 11
+    assert (round(x0, 3), round(y0, 3)) == (round(-1 + 9 * step, 3), round(-1 + 2 * step, 3))
+    assert (x1, y1) == (-1.0, 1.0)
+    data = make_data(tmp_path / "data")
+    for name, extra in (("kp", ()), ("plain", ("--no-keypoints", "--image-res", "64"))):
+        assert train(model_py, data, tmp_path / name, "--steps", "2", *extra).returncode == 0
+    configs = [json.loads((tmp_path / n / "final" / "config.json").read_text()) for n in ("kp", "plain")]
+    assert [(c["keypoints"], c["image_res"]) for c in configs] == [(True, 96), (False, 64)]
+    refused = train(model_py, data, tmp_path / "bad", "--image-res", "100")
+    assert refused.returncode == 2 and "--image-res 100: need a multiple of 16 in 16..96" in refused.stderr
