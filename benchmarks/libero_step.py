@@ -7,15 +7,19 @@ env steps (zero motion: physics, control and the camera render robosuite does ev
 `--frames` renders of one agentview frame on their own. Then `--episodes` oracle episodes (EGL,
 256 px, EXEC_ACTIONS=8: the oracle's 8-action chunks, re-queried every 8 steps) run through the
 real sim client against a real model server: env steps and the policy (the same call timed in
-this process) are counted, the rest (episode setup: the first episode's env build, every reset,
-init state and settle steps; observation packing, wire, records) is "outside", its setup part
-shown apart, the env build and the per-episode set-up each on its own. Each
-configuration runs in its own process, because MuJoCo binds its GL backend at import.
+this process) are counted, the rest (every episode's reset, init state and settle steps;
+observation packing, wire, records) is "outside", its set-up part shown apart. The env build is
+timed on its own and left out of `outside_pct`: a sim process builds a task's env once and keeps it
+for the task's next seeds and units (the env cache, claims that prefer a kept env), so it is not a
+cost of an episode; `outside_with_build_pct` is the share with it, over these few episodes (an
+upper bound: it shrinks with every episode the env serves). Each configuration runs in its own
+process, because MuJoCo binds its GL backend at import.
 
-Last line: `step_ms=<EGL 256 px step> render_ms=<EGL 256 px frame> outside_pct=<outside / episode wall>`.
+Last line: `step_ms=<EGL 256 px step> render_ms=<EGL 256 px frame> outside_pct=<outside / episode wall,
+env build left out> outside_with_build_pct=<the same, with the build> build_s=<env build>`.
 
 Example:
-  $SIM_PY benchmarks/libero_step.py --steps 30 --frames 20 --episodes 1
+  $SIM_PY benchmarks/libero_step.py --steps 30 --frames 20 --episodes 3
 """
 
 from __future__ import annotations
@@ -121,9 +125,13 @@ def measure_outside(episodes: int) -> dict[str, float]:
     steps = sum(r["steps"] for r in records)
     outside = wall - clock["step"] - clock["policy"]
     solved = sum(r["success"] for r in records)
+    episodes_wall = wall - clock["build"]  # the episodes' own time: the kept env's build left out
     return {
-        "wall_s": wall, "steps": steps, "ok": solved, "outside_pct": 100 * outside / wall,
-        "setup_pct": 100 * clock["setup"] / wall, "step_pct": 100 * clock["step"] / wall,
+        "wall_s": wall, "steps": steps, "ok": solved,
+        "outside_pct": 100 * (outside - clock["build"]) / episodes_wall,
+        "outside_with_build_pct": 100 * outside / wall,
+        "setup_pct": 100 * (clock["setup"] - clock["build"]) / episodes_wall,
+        "step_pct": 100 * clock["step"] / episodes_wall,
         "build_s": clock["build"], "episode_setup_s": (clock["setup"] - clock["build"]) / len(records),
     }  # fmt: skip
 
@@ -162,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=30, help="env steps timed per configuration (default 30)")
     p.add_argument("--frames", type=int, default=20, help="frames rendered per configuration (default 20)")
-    p.add_argument("--episodes", type=int, default=1, help="oracle episodes, outside share (default 1)")
+    p.add_argument("--episodes", type=int, default=3, help="oracle episodes, outside share (default 3)")
     p.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -184,12 +192,14 @@ def main(argv: list[str] | None = None) -> int:
     outside = child(["outside", str(args.episodes)])
     share = outside["outside_pct"]
     print(f"oracle at EXEC_ACTIONS=8: {outside['ok']}/{args.episodes} solved, {outside['steps']} steps, "
-          f"{outside['wall_s']:.1f} s wall: env steps {outside['step_pct']:.1f}%, outside env steps + "
-          f"policy {share:.1f}% (episode setup {outside['setup_pct']:.1f}%: the env build "
-          f"{outside['build_s']:.1f} s once, then {outside['episode_setup_s']:.2f} s an episode for the "
-          "reset, init state and settle steps)")  # fmt: skip
+          f"{outside['wall_s']:.1f} s wall, of it the env build {outside['build_s']:.1f} s once; of the "
+          f"rest, env steps {outside['step_pct']:.1f}%, outside env steps + policy {share:.1f}% "
+          f"(episode set-up {outside['setup_pct']:.1f}%: {outside['episode_setup_s']:.2f} s an episode "
+          f"for the reset, init state and settle steps); with the build "
+          f"{outside['outside_with_build_pct']:.1f}%")  # fmt: skip
     ref = table["egl", 256]
-    print(f"step_ms={ref['step_ms']:.1f} render_ms={ref['render_ms']:.1f} outside_pct={share:.1f}")
+    print(f"step_ms={ref['step_ms']:.1f} render_ms={ref['render_ms']:.1f} outside_pct={share:.1f} "
+          f"outside_with_build_pct={outside['outside_with_build_pct']:.1f} build_s={outside['build_s']:.1f}")
     return 0
 
 

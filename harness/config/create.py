@@ -63,7 +63,14 @@ def _simulator_versions() -> dict[str, str]:
     return versions
 
 
-def create_run(run_dir: Path | str, queue_file: Path | str, env: Mapping[str, str] = os.environ) -> Manifest:
+def create_run(
+    run_dir: Path | str,
+    queue_file: Path | str,
+    env: Mapping[str, str] = os.environ,
+    step_limits: Mapping[str, int] | None = None,
+) -> Manifest:
+    """`step_limits`: each task's episode step limit where the benchmark says (kept in `info`: the
+    expected cost of units nobody has run yet, `harness.worker.episode_costs`)."""
     run = RunDir(Path(run_dir))
     cells = read_queue(Path(queue_file))
     if not cells:
@@ -101,6 +108,7 @@ def create_run(run_dir: Path | str, queue_file: Path | str, env: Mapping[str, st
             "checkpoint_path": str(resolve_checkpoint(contract["knobs"]["CKPT_NAME"], env) or ""),
             "simulator": _simulator_versions(),
             "unit_split": unit_split,
+            **({"step_limits": dict(step_limits)} if step_limits else {}),
             **_git_version(),
         },
     )

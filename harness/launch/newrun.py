@@ -60,16 +60,21 @@ def _policy_problems(knobs: Mapping[str, str], env: Mapping[str, str]) -> list[s
     return checkpoint_problems(f"CKPT_NAME={name!r} (POLICY={policy})", path, needs)
 
 
-def _bench_problems(cells: list[Cell], knobs: Mapping[str, str], env: Mapping[str, str]) -> list[str]:
+def _bench_problems(
+    cells: list[Cell], knobs: Mapping[str, str], env: Mapping[str, str], step_limits: dict[str, int]
+) -> list[str]:
     """The benchmark loads with its BENCH_PARAMS, runs every unit, takes the policy's actions and the
-    bank's seeds."""
+    bank's seeds. Fills `step_limits` (task: limit) where the benchmark tells them."""
     problems = params_problems(knobs["BENCHMARK"], knobs["BENCH_PARAMS"])
     if problems:
         return problems
     try:
         bench = load_benchmark(knobs["BENCHMARK"])
+        limit = getattr(bench, "step_limit", None)
         for cell in cells:
             bench.check(cell.task, knobs["BENCH_CONFIG"])
+            if limit is not None:
+                step_limits[cell.task] = int(limit(cell.task, knobs["BENCH_CONFIG"]))
     except ValueError as exc:
         return [str(exc)]
     return _convention_problems(bench, knobs) + _seed_problems(bench, cells, knobs, env)
@@ -144,21 +149,25 @@ def _map_problems(env: Mapping[str, str]) -> list[str]:
 
 def check_runnable(
     queue_file: Path | str, env: Mapping[str, str] = os.environ, run: Path | None = None
-) -> None:
+) -> dict[str, int]:
     """Refuse, naming each problem, a run that no worker could ever run (ManifestError); `run` is
-    the run dir to be created, whose name is checked too."""
+    the run dir to be created, whose name is checked too. Returns each task's step limit, where the
+    benchmark tells it."""
+    step_limits: dict[str, int] = {}
     problems = knob_problems(env)
     if run is not None and (why := run_name_problem(Path(run).name)) is not None:
         problems.append(f"run dir {run}: {why}")
     if not problems:  # the rest reads the knobs' values
         knobs = contract_knobs(env)
         cells = read_queue(Path(queue_file))
-        problems += _policy_problems(knobs, env) + _bench_problems(cells, knobs, env) + _map_problems(env)
+        problems += _policy_problems(knobs, env) + _bench_problems(cells, knobs, env, step_limits)
+        problems += _map_problems(env)
     if problems:
         raise ManifestError(problem_list(f"refusing to create run {run or ''}".rstrip() + ":", problems))
+    return step_limits
 
 
 def new_run(run_dir: Path | str, queue_file: Path | str, env: Mapping[str, str] = os.environ) -> Manifest:
     """`create_run` after `check_runnable`: the one way the launchers create a run."""
-    check_runnable(queue_file, env, Path(run_dir))
-    return create_run(run_dir, queue_file, env)
+    step_limits = check_runnable(queue_file, env, Path(run_dir))
+    return create_run(run_dir, queue_file, env, step_limits)

@@ -107,12 +107,14 @@ class LeaseQueue:
         stop: threading.Event | None = None,
         prefer: Callable[[Unit], bool] | None = None,
         skip: Callable[[Unit], bool] | None = None,
+        shortest: bool = False,
     ) -> Lease | None:
         """The next unit to work on, or None when every unit is done, quarantined or skipped (or `stop`).
         Candidates that `prefer` accepts (a unit whose env the caller already keeps) are tried
         first; the others follow at once: a preference orders the claims, it never waits. A
         candidate that `skip` accepts (its cell was decided early) is never claimed, and counts as
-        finished for this queue; `skip` is asked just before each claim attempt."""
+        finished for this queue; `skip` is asked just before each claim attempt. `shortest` takes
+        the cheapest unit instead of the longest (a worker's first claim: its first result soonest)."""
         while stop is None or not stop.is_set():
             if not self._candidates or self._misses > MAX_MISSES:
                 if not self.refresh():
@@ -126,7 +128,7 @@ class LeaseQueue:
                     continue
             elif time.monotonic() - self._last_reap > self.ttl / 2:
                 self.reap_pass()
-            key = self._next_candidate(prefer)
+            key = self._next_candidate(prefer, shortest and not self.prefix_first)
             if skip is not None and skip(self.units[key]):
                 self.finished.add(key)
                 continue
@@ -137,8 +139,15 @@ class LeaseQueue:
         self.close()
         return None
 
-    def _next_candidate(self, prefer: Callable[[Unit], bool] | None) -> str:
-        """Take the last preferred candidate (the list is shuffled), else the last one."""
+    def _next_candidate(self, prefer: Callable[[Unit], bool] | None, shortest: bool = False) -> str:
+        """Take the last preferred candidate (the list is shuffled), else the last one; `shortest`:
+        the cheapest, its cell's lowest slice (the first in the shuffle among equals)."""
+        if shortest:
+            cheapest = min(
+                range(len(self._candidates)),
+                key=lambda i: (self.units[self._candidates[i]].cost_s, self.units[self._candidates[i]].lo),
+            )
+            return self._candidates.pop(cheapest)
         if prefer is not None:
             for index in range(len(self._candidates) - 1, -1, -1):
                 if prefer(self.units[self._candidates[index]]):

@@ -82,6 +82,7 @@ class Worker:
         self.units: list[Unit] = []
         self.unit_times: list[float] = []
         self.failure: Exception | None = None  # what stopped a slot thread (raised again by main)
+        self.claimed = False  # has any slot claimed a unit yet: the first claim takes the shortest
         self.breaker = faults.Breaker(1)  # WORKER_FAULT_LIMIT, read (and refused if bad) by main
 
     def verify(self) -> None:
@@ -189,9 +190,12 @@ class Worker:
             if not self.time_for_another(end):
                 slot.log("not enough allocation time left for another unit: stopping")
                 break
-            lease = slot.queue.claim(self.stop, prefer=slot.has_run, skip=self.stopper.decided)
+            first = not self.claimed  # the worker's first claim takes the shortest unit: its first
+            # result comes soonest; every later one the longest, so the run's tail stays short
+            lease = slot.queue.claim(self.stop, slot.has_run, self.stopper.decided, shortest=first)
             if lease is None:
                 break
+            self.claimed = True
             started = time.monotonic()
             records = self.work(slot, lease)
             self.unit_times.append(time.monotonic() - started)

@@ -1,6 +1,7 @@
 """Issue 24: units that keep every slot busy to the end. UNIT_SEEDS=auto is resolved once when the
 run is created and frozen as the number (a later `auto` launch matches it, an explicit other number
-does not), and once episode costs are known the longest units are claimed first."""
+does not), and the longest units are claimed first: priced from records where they exist, else from
+the tasks' step limits; a worker's first claim takes the shortest."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from harness.config.create import create_run
 from harness.config.manifest import ContractMismatch, ManifestError, load_manifest
 from harness.config.plan import open_queue, run_units
 from harness.config.rundir import RunDir
+from harness.episode.bench.maniskill_config import load_table
+from harness.launch.newrun import new_run
 from harness.queue.units import UNITS_PER_SLOT, Unit, auto_unit_seeds
-from harness.worker.episode_costs import seed_costs
+from harness.worker.episode_costs import PRIOR_STEP_S, seed_costs
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ["PickCube", "PushCube", "PullCube", "StackCube", "LiftPegUpright", "PlaceSphere", "PullCubeTool"]
@@ -136,3 +139,40 @@ def test_units_of_about_the_same_cost_tie_so_workers_do_not_race_for_one_key() -
 
     assert unit(0).rank == unit(0.5).rank == 0
     assert unit(10).rank == unit(15).rank < unit(16).rank < unit(40).rank
+
+
+def test_a_first_run_is_priced_from_its_step_limits_and_each_worker_starts_with_the_shortest(
+    tmp_path: Path, knobs: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run nobody has run before: run creation records each task's step limit from the benchmark,
+    the units are priced from it (PRIOR_STEP_S a step, then the seconds a step took in the records),
+    a worker's first claim takes the shortest unit (its first result soonest) and every later claim
+    the longest. Before, a first run's claims were in each worker's random order."""
+    monkeypatch.setenv("UNIT_SEEDS", "5")
+    monkeypatch.setenv("POLICY", "replay")
+    run = RunDir(tmp_path / "runs" / "first")
+    run.root.mkdir(parents=True)
+    run.queue.write_text("".join(f"table {task}\n" for task in TASKS))
+    new_run(run.root, run.queue)
+    table = load_table()
+    limits = {task: table.task(task).step_limit for task in TASKS}
+    assert load_manifest(run.root).info["step_limits"] == limits
+    costs = seed_costs(run)
+    assert costs == {(task, "table_clean"): limit * PRIOR_STEP_S for task, limit in limits.items()}
+    for seed in range(3):
+        queue = open_queue(run, f"w{seed}", run_units(run, costs), random.Random(seed))
+        first = queue.claim(shortest=True)
+        assert first is not None and first.unit.lo == 0
+        assert limits[first.unit.task] == min(limits.values()), first.unit.task
+        assert queue.mark(first, done=True)
+        rest = []
+        while (lease := queue.claim()) is not None:
+            rest.append(lease.unit.task)
+            assert queue.mark(lease, done=True)
+        longest = {task for task in TASKS if limits[task] >= 400}  # the top cost tier (2x the rest)
+        assert set(rest[: 2 * len(longest)]) == longest, rest
+        shutil.rmtree(run.leases)
+    _write_records(run, {"PickCube": 10.0})  # 10 steps in 10 s: 1 s a step prices the cells unseen
+    costs = seed_costs(run)
+    assert costs[("PickCube", "table_clean")] == 10.0
+    assert costs[("PullCubeTool", "table_clean")] == limits["PullCubeTool"] * 1.0

@@ -80,6 +80,13 @@ class LiberoBenchmark:
     def check(self, task: str, bench_config: str) -> None:
         find_task(bench_config, task)
 
+    def step_limit(self, task: str, bench_config: str) -> int:
+        return self.limit_of(find_task(bench_config, task))
+
+    def limit_of(self, task: LiberoTask) -> int:
+        """The suite's step limit (vla-eval's), unless BENCH_PARAMS max_steps sets one."""
+        return self.params.max_steps or STEP_LIMITS[task.suite]
+
     def make_episode(self, task: str, bench_config: str, seed: int, *, render: bool = True) -> LiberoEpisode:
         """Init state `seed` of `task` after the settle steps (LIBERO always renders its cameras)."""
         spec = find_task(bench_config, task)
@@ -119,7 +126,7 @@ class LiberoEpisode:
     def __init__(self, bench: LiberoBenchmark, task: LiberoTask, seed: int) -> None:
         self._bench = bench
         self.instruction = task.prompt or task.instruction  # a perturbation may reword it
-        self.step_limit = bench.params.max_steps or STEP_LIMITS[task.suite]
+        self.step_limit = bench.limit_of(task)
         self.action_dim = ACTION_DIM
         with frames_skipped():  # env build, reset, init state, all but the last settle step: no one looks
             self._env = bench.env_for(task)

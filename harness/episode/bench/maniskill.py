@@ -59,6 +59,9 @@ class ManiSkillBenchmark:
         except KeyError as exc:
             raise ValueError(exc.args[0]) from None
 
+    def step_limit(self, task: str, bench_config: str) -> int:
+        return self.table.task(task).step_limit
+
     def make_episode(
         self, task: str, bench_config: str, seed: int, *, render: bool = True
     ) -> ManiSkillEpisode:
