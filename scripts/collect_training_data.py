@@ -11,7 +11,7 @@ Renders at the eval's settings (IMAGE_SIZE, RENDER_SHADER, PRIMARY_CAM knobs), s
 the eval's images. Writes <out>/data_card.json (seed range, tasks, demos, samples).
 
 Example (the shipped checkpoint's data):
-  $SIM_PY scripts/collect_training_data.py --out data/reference --num 40 --jobs 2
+  $SIM_PY scripts/collect_training_data.py --out data/reference --num 64 --max-candidates 150 --jobs 2
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ resumes from <out>/last/. At --early-fraction of the steps it writes <out>/early
 data_card.json) that `policy/reference` loads. The training code is the `training` package, outside
 the run contract's code hash.
 
-Example (the shipped checkpoint, ~40 min on 2 cores):
-  $MODEL_PY scripts/train_reference_policy.py --data data/reference --out data/reference_train --steps 6000
+Example (the shipped checkpoint, docs/reference-policy.md):
+  $MODEL_PY scripts/train_reference_policy.py --data data/reference --out data/reference_train \
+    --steps 16000 --save-every 1000 --gripper-weight 2
 """
 
 from __future__ import annotations
