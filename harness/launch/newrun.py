@@ -70,7 +70,7 @@ def _bench_problems(
         return problems
     try:
         bench = load_benchmark(knobs["BENCHMARK"])
-        limit = getattr(bench, "step_limit", None)
+        limit = getattr(bench, "step_limit_for", None)
         for cell in cells:
             bench.check(cell.task, knobs["BENCH_CONFIG"])
             if limit is not None:

@@ -54,7 +54,7 @@ class Benchmark(Protocol):
     # stated one when a run is created, and again in every hello); seed_space, a range holding every
     # episode seed it accepts (checked against the seed bank when a run is created); warm_up(), a
     # one-time start-up (a renderer's) a persistent sim process runs before its first unit;
-    # step_limit(task, bench_config), an episode's step limit, read when a run is created (the
+    # step_limit_for(task, bench_config), an episode's step limit, read when a run is created (the
     # expected cost of a unit nobody has run yet, so its claims can be ordered)
 
     def tasks(self) -> list[str]: ...

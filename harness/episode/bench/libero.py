@@ -80,7 +80,7 @@ class LiberoBenchmark:
     def check(self, task: str, bench_config: str) -> None:
         find_task(bench_config, task)
 
-    def step_limit(self, task: str, bench_config: str) -> int:
+    def step_limit_for(self, task: str, bench_config: str) -> int:
         return self.limit_of(find_task(bench_config, task))
 
     def limit_of(self, task: LiberoTask) -> int:

@@ -59,7 +59,7 @@ class ManiSkillBenchmark:
         except KeyError as exc:
             raise ValueError(exc.args[0]) from None
 
-    def step_limit(self, task: str, bench_config: str) -> int:
+    def step_limit_for(self, task: str, bench_config: str) -> int:
         return self.table.task(task).step_limit
 
     def make_episode(

@@ -99,6 +99,9 @@ class VlaEvalBenchmark:
     def tasks(self) -> list[str]:
         return list(self._tasks)
 
+    def step_limit_for(self, task: str, bench_config: str) -> int:
+        return self.step_limit  # the benchmark's max_steps, the same for every task
+
     def check(self, task: str, bench_config: str) -> None:
         if task not in self._tasks:
             raise ValueError(f"unknown task {task!r} of {self.name}; known: {', '.join(self._tasks)}")
