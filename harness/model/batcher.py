@@ -53,6 +53,7 @@ class _Item:
     member: Member
     payload: Any
     arrived: float
+    answered: Callable[[Any], None] | None = None  # sends the result from the thread that has it
     event: threading.Event | None = None  # made (under the lock) only once the item has to wait
     done: bool = False
     lead: bool = False
@@ -140,13 +141,17 @@ class Batcher:
             stats = self._stats
             return BatchStats(stats.calls, stats.items, Counter(stats.sizes), stats.busy_s)
 
-    def submit(self, member: Member, payload: Any) -> Any:
-        """The outcome of `payload`'s model call (blocking); an exception for it is raised here."""
+    def submit(self, member: Member, payload: Any, answered: Callable[[Any], None] | None = None) -> Any:
+        """The outcome of `payload`'s model call (blocking); an exception for it is raised here.
+
+        `answered`, when given, is called with a result (never an exception) by the thread that ran
+        the call, before this one is woken: it sends the answer out (`harness.model.earlyreply`),
+        so it must not block and must not raise."""
         with self._lock:
             now = self.clock()
             member.think_s += THINK_EMA * (max(0.0, now - member.answered_at) - member.think_s)
             member.waiting = member.active = True  # a front end without resets is active too
-            item = _Item(member, payload, now)
+            item = _Item(member, payload, now, answered)
             self._pending.append(item)
             self._awaited.discard(member)
             if self._leader is None:
@@ -188,6 +193,8 @@ class Batcher:
             started = self.clock()
             try:
                 outcomes = self._call(batch)
+                ended = self.clock()
+                _answer(batch, outcomes)
             except BaseException:  # this thread is being torn down: the others must not hang
                 self._lock.acquire()
                 self._running = False
@@ -196,7 +203,7 @@ class Batcher:
                 raise
             self._lock.acquire()
             self._running = False
-            self._stats.busy_s += self.clock() - started
+            self._stats.busy_s += ended - started
             self._deliver(batch, outcomes)
         if mine.lead:  # else another arrival took the lead over while this one waited
             self._hand_off(mine)
@@ -261,3 +268,10 @@ class Batcher:
         if now >= self._next_log:
             self._next_log = now + STATS_LOG_EVERY_S
             log.info("batch stats: %s", self._stats.line())
+
+
+def _answer(batch: list[_Item], outcomes: list[Any]) -> None:
+    """Each result whose item says how, sent from this thread before its own thread is woken."""
+    for item, outcome in zip(batch, outcomes, strict=True):
+        if item.answered is not None and not isinstance(outcome, BaseException):
+            item.answered(outcome)

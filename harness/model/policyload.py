@@ -12,6 +12,7 @@ import inspect
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -112,16 +113,18 @@ class LoadedPolicy:
         step: int,
         state: SessionState | None = None,
         member: Member | None = None,
+        answered: Callable[[np.ndarray], None] | None = None,
     ) -> np.ndarray:
         """The action chunk [num_actions, action_dim] float32 for one observation, batched with
-        other members' requests. The RNG seed's task and task_config come from obs["episode"]."""
+        other members' requests. The RNG seed's task and task_config come from obs["episode"].
+        `answered` sends the chunk from the thread that ran the call (`Batcher.submit`)."""
         ep = obs.get("episode") or {}
         key = rng_seed(str(ep.get("task", "")), str(ep.get("task_config", "")), seed, step)
         if self.batched:  # encode here, in the session's thread, while the model serves others
             request = Request(None, self._encode(obs, state), key, state)
         else:
             request = Request(obs, None, key, state)
-        return self.batcher.submit(member or self._direct, request)
+        return self.batcher.submit(member or self._direct, request, answered)
 
     def _encode(self, obs: dict[str, Any], state: SessionState | None) -> dict[str, Any]:
         inputs = self.module.encode_obs(obs) if state is None else self.module.encode_obs(obs, state.value)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import knobs
+from harness.model.earlyreply import EarlyReply
 from harness.model.inflight import Busy, InflightBudget, Reservation
 from harness.model.policyload import LoadedPolicy, PolicyCallFailed
 from harness.model.requests import decode_request, inflight_budget, next_request
@@ -109,6 +110,8 @@ def serve_connection(
     limit = knobs.get_int("WIRE_MAX_FRAME")
     shm_limit = None if knobs.get_choice("WIRE_SHM", SHM_MODES) == "0" else limit
     session = Session(policy, token, reply_token, shm_limit)
+    early = EarlyReply(conn, limit)
+    session.reply_early = early.send
     hello_by = None if hello_timeout_s is None else time.monotonic() + hello_timeout_s
     peer = _peer(conn)
     reservation: Reservation | None = None
@@ -150,7 +153,8 @@ def serve_connection(
                 faults.client("bad request from %s: %s", peer, reason)
                 reply = protocol.error(reason)
             body = msg = None  # the request's memory is dropped before its bytes go back to the budget
-            send_frame(conn, codec.encode(reply), limit)
+            if not early.finish():
+                send_frame(conn, codec.encode(reply), limit)
             reply = None
             reservation.release()
             session.switch_codec()

@@ -72,6 +72,8 @@ class Session:
         self.episode: SessionEpisode | None = None
         self.state: SessionState | None = None  # the wrapper's per-session state (made at the first reset)
         self.member = policy.batcher.join()
+        # set by a front end that lets the batch's thread send an infer's answer (harness.model.earlyreply)
+        self.reply_early: Callable[[Codec, dict[str, Any]], None] | None = None
 
     def close(self) -> None:
         """The connection is gone: the batcher stops expecting this session's requests, and its
@@ -172,7 +174,14 @@ class Session:
         obs = dict(msg["obs"])
         obs.setdefault("instruction", ep.instruction)
         obs["episode"] = {"task": ep.task, "task_config": ep.task_config, "seed": ep.seed, "step": step}
-        actions = _policy(self.policy.act, obs, ep.seed, step, self.state, self.member)
+        answered = None
+        if self.reply_early is not None:
+            send, codec = self.reply_early, self.codec
+
+            def answered(chunk: Any) -> None:
+                send(codec, {"type": "infer", "actions": chunk})
+
+        actions = _policy(self.policy.act, obs, ep.seed, step, self.state, self.member, answered)
         return {"type": "infer", "actions": actions}
 
 

@@ -36,20 +36,35 @@ def send_frame(
     sock: socket.socket, body: bytes | bytearray | memoryview, limit: int = DEFAULT_MAX_FRAME
 ) -> None:
     """Send one frame; refuses a body over the limit so the peer never has to."""
-    size = len(body)
-    if size > limit:
-        raise WireError(f"frame of {size} bytes exceeds the limit of {limit} bytes (WIRE_MAX_FRAME)")
+    size = _checked_size(body, limit)
+    # One sendall for small frames saves a syscall; large bodies are not copied.
+    if size < 65536:
+        send_bytes(sock, _HEADER.pack(size) + bytes(body))
+    else:
+        send_bytes(sock, _HEADER.pack(size))
+        send_bytes(sock, body)
+
+
+def frame_bytes(body: bytes | bytearray | memoryview, limit: int = DEFAULT_MAX_FRAME) -> bytes:
+    """One frame, header and body, as a single buffer (a copy of the body: for small frames)."""
+    return _HEADER.pack(_checked_size(body, limit)) + bytes(body)
+
+
+def send_bytes(sock: socket.socket, data: bytes | bytearray | memoryview) -> None:
+    """All of `data` (a frame or what is left of one), within the socket's timeout."""
     try:
-        # One sendall for small frames saves a syscall; large bodies are not copied.
-        if size < 65536:
-            sock.sendall(_HEADER.pack(size) + bytes(body))
-        else:
-            sock.sendall(_HEADER.pack(size))
-            sock.sendall(body)
+        sock.sendall(data)
     except TimeoutError:
         raise WireError("timed out writing a frame") from None
     except OSError as exc:
         raise PeerClosed(f"connection lost while writing a frame: {exc}") from None
+
+
+def _checked_size(body: bytes | bytearray | memoryview, limit: int) -> int:
+    size = len(body)
+    if size > limit:
+        raise WireError(f"frame of {size} bytes exceeds the limit of {limit} bytes (WIRE_MAX_FRAME)")
+    return size
 
 
 def recv_frame(

@@ -210,3 +210,50 @@ def test_members_that_never_reset_batch_once_they_have_sent() -> None:
     for i in range(len(members)):
         mine = [n for n, batch in enumerate(who) if i in batch]
         assert mine == list(range(mine[0], mine[0] + 6)), who
+
+
+def test_a_batchs_answers_are_sent_by_the_thread_that_ran_it_before_anyone_is_woken() -> None:
+    """Eight members in lock step, each with an `answered` hook: every result of a batch goes to its
+    hook from the one thread that ran the call, all of them before any submitter returns; a failed
+    item's hook is not called (its own thread answers with the error)."""
+
+    def run(payloads: list[int]) -> list[object]:
+        time.sleep(0.005)
+        return [ValueError(f"bad {p}") if p % 100 == 13 else 2 * p for p in payloads]
+
+    batcher = Batcher(run, max_batch=8, max_wait_s=5.0)
+    members = in_episode(batcher, 8)
+    sent: list[tuple[int, int, int]] = []  # (payload's step, sending thread, returns seen by then)
+    returned = [0]
+    lock = threading.Lock()
+
+    def sim(i: int) -> list[object]:
+        answers: list[object] = []
+        for step in range(14):
+            payload = 100 * i + step
+
+            def answered(result: object, step: int = step) -> None:
+                assert result == 2 * (100 * i + step)
+                with lock:
+                    sent.append((step, threading.get_ident(), returned[0]))
+
+            try:
+                answers.append(batcher.submit(members[i], payload, answered))
+            except ValueError as exc:
+                answers.append(str(exc))
+            with lock:
+                returned[0] += 1
+        return answers
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(sim, range(8)))
+    expected = [
+        [f"bad {100 * i + 13}" if s == 13 else 2 * (100 * i + s) for s in range(14)] for i in range(8)
+    ]
+    assert answers == expected
+    assert batcher.stats().sizes == {8: 14}
+    assert len(sent) == 8 * 13  # no hook for the failed items
+    for step in range(13):
+        batch = [(thread, seen) for s, thread, seen in sent if s == step]
+        assert len({thread for thread, _ in batch}) == 1  # one thread sent all eight
+        assert {seen for _, seen in batch} == {8 * step}  # before any of the eight returned
