@@ -12,6 +12,7 @@ halves of `recv_frame`, for a reader that decides between them whether it can af
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import time
@@ -91,12 +92,7 @@ def recv_header(
 ) -> int:
     """The announced size of the next frame, refused (WireError) over `limit`: `recv_frame`'s first
     half, for a reader that must decide what the body may cost before reading it."""
-    idle = sock.gettimeout()
-    try:
-        (size,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size, at_boundary=True, deadline=deadline))
-    finally:
-        if deadline is not None:
-            sock.settimeout(idle)
+    (size,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size, at_boundary=True, deadline=deadline))
     if size > limit:
         raise WireError(f"frame of {size} bytes exceeds the limit of {limit} bytes ({limit_name})")
     return size
@@ -106,36 +102,31 @@ def recv_body(
     sock: socket.socket, size: int, body_timeout_s: float | None = None, *, deadline: float | None = None
 ) -> bytearray:
     """The `size` bytes of body after a `recv_header`, bounded as `recv_frame` says."""
-    idle = sock.gettimeout()
     if body_timeout_s is not None:
         body_deadline = time.monotonic() + body_timeout_s
         deadline = body_deadline if deadline is None else min(deadline, body_deadline)
-    try:
-        return _recv_exact(sock, size, at_boundary=False, deadline=deadline)
-    finally:
-        if deadline is not None:
-            sock.settimeout(idle)
+    return _recv_exact(sock, size, at_boundary=False, deadline=deadline)
 
 
 def skip_body(sock: socket.socket, size: int, body_timeout_s: float | None = None) -> None:
     """Read and drop `size` bytes of body in FIRST_READ pieces, so that a frame refused after its
     header leaves the stream at the next frame (an error reply can follow) at no memory cost."""
-    idle = sock.gettimeout()
     deadline = None if body_timeout_s is None else time.monotonic() + body_timeout_s
-    try:
-        while size > 0:
-            piece = min(size, FIRST_READ)
-            _recv_exact(sock, piece, at_boundary=False, deadline=deadline)
-            size -= piece
-    finally:
-        if deadline is not None:
-            sock.settimeout(idle)
+    while size > 0:
+        piece = min(size, FIRST_READ)
+        _recv_exact(sock, piece, at_boundary=False, deadline=deadline)
+        size -= piece
 
 
 def _recv_exact(sock: socket.socket, size: int, *, at_boundary: bool, deadline: float | None) -> bytearray:
+    """`size` bytes; within `deadline` by setting the socket's timeout to what is left of it before
+    each recv, and putting the socket's own timeout back after, only if one was set."""
     buf = bytearray(min(size, FIRST_READ))
     got = 0
+    idle, timed = sock.gettimeout(), False
     try:
+        if not at_boundary:
+            got = _read_ready(sock, buf)
         while got < size:
             if got == len(buf):  # full: grow with what arrived, never straight to the announced size
                 grown = bytearray(min(size, GROWTH * got))
@@ -146,6 +137,7 @@ def _recv_exact(sock: socket.socket, size: int, *, at_boundary: bool, deadline: 
                 if left <= 0:
                     raise TimeoutError
                 sock.settimeout(left)
+                timed = True
             n = sock.recv_into(memoryview(buf)[got:])
             if n == 0:
                 where = "between frames" if at_boundary and got == 0 else f"mid-frame ({got}/{size} bytes)"
@@ -155,4 +147,24 @@ def _recv_exact(sock: socket.socket, size: int, *, at_boundary: bool, deadline: 
         raise WireError(f"timed out reading a frame ({got}/{size} bytes)") from None
     except ConnectionError as exc:
         raise PeerClosed(f"connection lost while reading a frame: {exc}") from None
+    finally:
+        if timed:
+            sock.settimeout(idle)
     return buf
+
+
+def _read_ready(sock: socket.socket, buf: bytearray) -> int:
+    """What of `buf` the socket holds already, taken with one read(2): 0 if nothing (or EOF, which
+    the caller's recv sees again).
+
+    Why: a body mostly arrives with its header, and Python waits in poll(2) before every recv on a
+    socket with a timeout, plus an ioctl each to set a body's deadline and put the idle timeout back:
+    four syscalls, each letting go of the GIL, where one does. Such a socket is non-blocking
+    underneath, so the read never waits; a blocking one (no timeout) is left to the caller's recv.
+    """
+    if sock.gettimeout() is None:
+        return 0
+    try:
+        return os.readv(sock.fileno(), [buf])
+    except (BlockingIOError, InterruptedError):
+        return 0

@@ -28,6 +28,8 @@ import socket
 import struct
 from typing import Any
 
+import numpy as np
+
 from harness.wire.errors import WireError
 
 SHM_CODEC = "shm"  # the codec name a client lists first in its hello when it offers shared memory
@@ -87,8 +89,9 @@ class Region:
             )
         self._remap(actual if actual <= limit else end)
 
-    def write(self, offset: int, data: memoryview) -> None:
-        self._mapped()[offset : offset + len(data)] = data
+    def write(self, offset: int, data: np.ndarray, nbytes: int) -> None:
+        """The `nbytes` bytes of a C-contiguous array, copied straight from its buffer."""
+        self._mapped()[offset : offset + nbytes] = data
 
     def read(self, offset: int, nbytes: int) -> bytes:
         """A copy of the bytes: the writer reuses its region for the next frame."""

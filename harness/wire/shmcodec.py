@@ -35,7 +35,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from harness.wire.arrays import ALLOWED_KINDS, MAX_NDIM, parse_dtype, raw_bytes, to_wire
+from harness.wire.arrays import MAX_NDIM, parse_dtype, to_wire
 from harness.wire.codecs import ND_KEY, plain_scalar
 from harness.wire.errors import StreamBroken, WireError
 from harness.wire.peermsgpack import refuse_ext
@@ -49,6 +49,8 @@ _DIMS = [struct.Struct(f">{n}Q") for n in range(MAX_NDIM + 1)]
 _NAME_MAX = 16  # dtype names longer than this are parsed every time, never kept
 _KINDS_MAX = 256  # each cache below: a peer's odd but valid arrays must not grow it without end
 _PACKED: dict[tuple[str, tuple[int, ...]], msgpack.ExtType] = {}  # (dtype, shape) -> its ARRAY_EXT
+# (native dtype, shape) -> its ARRAY_EXT and bytes: what an array the sender has seen costs to describe
+_SENT: dict[tuple[np.dtype, tuple[int, ...]], tuple[msgpack.ExtType, int]] = {}
 _PARSED: dict[bytes, tuple[np.dtype, tuple[int, ...], int]] = {}  # ARRAY_EXT data -> dtype, shape, nbytes
 
 
@@ -63,6 +65,15 @@ def array_ext(dtype: str, shape: tuple[int, ...]) -> msgpack.ExtType:
         if len(_PACKED) < _KINDS_MAX:
             _PACKED[(dtype, shape)] = ext
     return ext
+
+
+def _sent_kind(dtype: np.dtype, shape: tuple[int, ...]) -> tuple[msgpack.ExtType, int]:
+    """The ARRAY_EXT and byte count of a `to_wire` array (native, allowed, contiguous), kept so that
+    the next array of its dtype and shape costs one lookup."""
+    sent = (array_ext(dtype.str, shape), math.prod(shape) * dtype.itemsize)
+    if len(_SENT) < _KINDS_MAX:
+        _SENT[(dtype, shape)] = sent
+    return sent
 
 
 class ShmCodec:
@@ -86,16 +97,16 @@ class ShmCodec:
             nonlocal end, copied
             if not isinstance(obj, np.ndarray):
                 return plain_scalar(obj)
-            dtype = obj.dtype
-            native = dtype.kind in ALLOWED_KINDS and dtype.isnative and obj.flags.c_contiguous
-            arr = obj if native else to_wire(obj)
-            data = raw_bytes(arr)
-            nbytes = len(data)
+            sent = _SENT.get((obj.dtype, obj.shape)) if obj.flags.c_contiguous else None
+            if sent is None:  # a kind not seen yet, or one that must be made native and contiguous
+                obj = to_wire(obj)
+                sent = _sent_kind(obj.dtype, obj.shape)
+            ext, nbytes = sent
             region.grow(end + nbytes, limit)
-            region.write(end, data)
+            region.write(end, obj, nbytes)
             end += -(-nbytes // ALIGN) * ALIGN
             copied += nbytes
-            return array_ext(arr.dtype.str, arr.shape)
+            return ext
 
         skeleton = msgpack.packb(msg, default=default, use_bin_type=True)
         self._sent += 1
@@ -165,7 +176,7 @@ class ShmCodec:
             )
         self._in.cover(offset + nbytes, self._limit)
         self._next = offset + -(-nbytes // ALIGN) * ALIGN
-        return np.frombuffer(self._in.read(offset, nbytes), dtype=dtype).reshape(shape)
+        return np.ndarray(shape, dtype, self._in.read(offset, nbytes))
 
     def close(self) -> None:
         self._out.close()

@@ -13,6 +13,7 @@ from harness.model.earlyreply import EarlyReply
 from harness.wire.codecs import MsgpackCodec
 from harness.wire.errors import PeerClosed
 from harness.wire.frames import recv_frame
+from tests.support.wirekit import TimeoutCounting
 
 
 def test_a_full_socket_does_not_hold_up_the_sender_and_the_session_sends_the_rest() -> None:
@@ -60,3 +61,27 @@ def test_a_peer_gone_before_the_early_send_is_seen_by_the_session_thread() -> No
     with pytest.raises(PeerClosed):
         early.finish()
     server.close()
+
+
+def test_an_early_answer_leaves_the_connections_timeout_alone() -> None:
+    """One write(2) on the non-blocking descriptor: no ioctl to set the timeout to 0 and back."""
+    server, client = socket.socketpair()
+    counted = TimeoutCounting(fileno=server.detach())
+    counted.settimeout(5.0)
+    counted.settimeouts = 0
+    early, codec = EarlyReply(counted, 1 << 20), MsgpackCodec()
+    early.send(codec, {"type": "infer", "actions": np.ones((3, 2), np.float32)})
+    assert counted.settimeouts == 0 and counted.gettimeout() == 5.0
+    assert early.finish() is True
+    client.settimeout(5.0)
+    np.testing.assert_array_equal(codec.decode(recv_frame(client))["actions"], np.ones((3, 2), np.float32))
+    counted.close()
+    client.close()
+
+
+def test_a_connection_without_a_timeout_is_refused() -> None:
+    server, client = socket.socketpair()
+    with pytest.raises(ValueError, match="needs a connection with a timeout"):
+        EarlyReply(server, 1 << 20)
+    server.close()
+    client.close()

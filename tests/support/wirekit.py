@@ -28,6 +28,16 @@ NOISY = str(REPO / "tests" / "policies" / "noisy")
 SPEC = {"benchmark": "test", "robot": "panda", "action_dim": 10, "cameras": ["base_camera"]}
 
 
+class TimeoutCounting(socket.socket):
+    """A socket that counts its settimeout calls (each an ioctl that lets go of the GIL)."""
+
+    settimeouts = 0
+
+    def settimeout(self, value: float | None) -> None:
+        self.settimeouts += 1
+        super().settimeout(value)
+
+
 def obs(value: float = 0.0, size: int = 8) -> dict[str, Any]:
     return {
         "images": {"base_camera": np.full((size, size, 3), 7, np.uint8)},

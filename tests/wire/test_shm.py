@@ -41,6 +41,23 @@ def test_round_trip_both_ways(ends) -> None:
         assert_same(client.decode(server.encode(answer)), answer)
 
 
+def test_a_kind_already_sent_is_still_made_native_and_contiguous(ends) -> None:
+    """The sender keeps each (dtype, shape) it has sent; a later array of that dtype and shape that is
+    transposed or big-endian must still travel by its values, not by its buffer."""
+    client, server = ends
+    plain = np.arange(6, dtype=np.float64).reshape(3, 2)
+    odd = {
+        "transposed": np.arange(6, dtype=np.float64).reshape(2, 3).T,
+        "big_endian": plain.astype(">f8"),
+        "strided": np.arange(12, dtype=np.float64).reshape(3, 4)[:, ::2],
+    }
+    assert_same(server.decode(client.encode({"a": plain})), {"a": plain})
+    for name, arr in odd.items():
+        got = server.decode(client.encode({name: arr}))[name]
+        assert got.dtype == np.float64 and got.shape == (3, 2)
+        np.testing.assert_array_equal(got, arr)
+
+
 def test_arrays_do_not_alias_the_region(ends) -> None:
     """What a policy keeps (a history) must survive the client's next frame."""
     client, server = ends

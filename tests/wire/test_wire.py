@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import select
 import struct
 import threading
 import time
@@ -15,6 +16,7 @@ import pytest
 from harness.wire.codecs import JsonCodec, MsgpackCodec, get_codec
 from harness.wire.errors import PeerClosed, WireError
 from harness.wire.frames import recv_frame, send_frame
+from tests.support.wirekit import TimeoutCounting
 
 CODECS = [JsonCodec(), MsgpackCodec()]
 
@@ -176,6 +178,20 @@ def test_mid_frame_close_and_timeouts(pair) -> None:
     a.close()
     with pytest.raises(PeerClosed, match="between frames"):
         recv_frame(b)
+
+
+def test_a_body_that_came_with_its_header_is_read_without_touching_the_timeout(pair) -> None:
+    a, b = pair
+    counted = TimeoutCounting(fileno=b.detach())
+    counted.settimeout(10.0)
+    counted.settimeouts = 0
+    body = bytes(range(256)) * 4
+    a.sendall(struct.pack(">I", len(body)) + body)
+    assert select.select([counted], [], [], 10)[0]  # header and body are both in the buffer
+    assert recv_frame(counted, body_timeout_s=60.0) == body
+    assert counted.settimeouts == 0  # no deadline set and put back: one read(2) took the body
+    assert counted.gettimeout() == 10.0
+    counted.close()
 
 
 def test_mid_frame_eof(pair) -> None:
