@@ -11,18 +11,18 @@ The running thread never waits on a peer: it sends what the socket takes at once
 own thread sends the rest, if any, with the connection's usual timeouts (a full socket buffer, a
 client gone away: that thread sees the error, as it would have). So a stalled client cannot hold
 up the other answers of its batch. It writes with one write(2) on the descriptor, which a socket
-with a timeout keeps non-blocking underneath, rather than setting the socket's timeout to 0 and
-back: each of those is an ioctl that lets go of the GIL, for every answer of every batch.
+with a timeout keeps non-blocking underneath (`harness.wire.frames.write_ready`), rather than
+setting the socket's timeout to 0 and back: each of those is an ioctl that lets go of the GIL, for
+every answer of every batch.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 from typing import Any
 
 from harness.wire.codecs import Codec
-from harness.wire.frames import frame_bytes, send_bytes
+from harness.wire.frames import frame_bytes, send_bytes, write_ready
 
 
 class EarlyReply:
@@ -45,8 +45,8 @@ class EarlyReply:
             self._failed = exc
             return
         try:
-            sent = os.write(self._conn.fileno(), frame)
-        except OSError:  # would block, or the peer is gone: the session's thread sends and sees it
+            sent = write_ready(self._conn, frame)
+        except OSError:  # the peer is gone: the session's thread sends and sees it
             sent = 0
         self._rest = memoryview(frame)[sent:]
 

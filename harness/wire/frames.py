@@ -52,9 +52,12 @@ def frame_bytes(body: bytes | bytearray | memoryview, limit: int = DEFAULT_MAX_F
 
 
 def send_bytes(sock: socket.socket, data: bytes | bytearray | memoryview) -> None:
-    """All of `data` (a frame or what is left of one), within the socket's timeout."""
+    """All of `data` (a frame or what is left of one), within the socket's timeout: one write(2)
+    when the socket takes it at once (`write_ready`), else a sendall of the rest."""
     try:
-        sock.sendall(data)
+        sent = write_ready(sock, data)
+        if sent < len(data):
+            sock.sendall(memoryview(data)[sent:])
     except TimeoutError:
         raise WireError("timed out writing a frame") from None
     except OSError as exc:
@@ -153,15 +156,27 @@ def _recv_exact(sock: socket.socket, size: int, *, at_boundary: bool, deadline: 
     return buf
 
 
-def _read_ready(sock: socket.socket, buf: bytearray) -> int:
-    """What of `buf` the socket holds already, taken with one read(2): 0 if nothing (or EOF, which
-    the caller's recv sees again).
+def write_ready(sock: socket.socket, data: bytes | bytearray | memoryview) -> int:
+    """The bytes of `data` the socket takes at once, with one write(2); 0 if none, or for a blocking
+    socket (no timeout), which is left to the caller's send. Raises OSError for a peer that is gone.
 
-    Why: a body mostly arrives with its header, and Python waits in poll(2) before every recv on a
-    socket with a timeout, plus an ioctl each to set a body's deadline and put the idle timeout back:
-    four syscalls, each letting go of the GIL, where one does. Such a socket is non-blocking
-    underneath, so the read never waits; a blocking one (no timeout) is left to the caller's recv.
+    Why, here and in `_read_ready`: Python waits in poll(2) before every send or recv on a socket
+    with a timeout, and a deadline is one ioctl to set the timeout and one to put it back, each
+    syscall letting go of the GIL; yet such a socket is non-blocking underneath, so one plain
+    write or read can try first and never waits. A frame mostly fits the socket's buffer, and a
+    body mostly arrives with its header.
     """
+    if sock.gettimeout() is None:
+        return 0
+    try:
+        return os.write(sock.fileno(), data)
+    except (BlockingIOError, InterruptedError):
+        return 0
+
+
+def _read_ready(sock: socket.socket, buf: bytearray) -> int:
+    """What of `buf` the socket holds already, taken with one read(2) (see `write_ready`): 0 if
+    nothing, or EOF, which the caller's recv sees again."""
     if sock.gettimeout() is None:
         return 0
     try:

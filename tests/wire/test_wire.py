@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import select
+import socket
 import struct
 import threading
 import time
@@ -15,7 +16,7 @@ import pytest
 
 from harness.wire.codecs import JsonCodec, MsgpackCodec, get_codec
 from harness.wire.errors import PeerClosed, WireError
-from harness.wire.frames import recv_frame, send_frame
+from harness.wire.frames import recv_frame, send_frame, write_ready
 from tests.support.wirekit import TimeoutCounting
 
 CODECS = [JsonCodec(), MsgpackCodec()]
@@ -192,6 +193,42 @@ def test_a_body_that_came_with_its_header_is_read_without_touching_the_timeout(p
     assert counted.settimeouts == 0  # no deadline set and put back: one read(2) took the body
     assert counted.gettimeout() == 10.0
     counted.close()
+
+
+def test_a_frame_larger_than_the_socket_takes_is_finished_or_times_out() -> None:
+    """What one write(2) does not take is sent with the socket's timeout: whole when the reader
+    reads, a WireError when it does not."""
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    a.settimeout(10.0)
+    b.settimeout(10.0)
+    body = bytes(range(256)) * 4096  # 1 MiB: far more than the socket's buffer
+    took = write_ready(a, b"x" * (1 << 20))
+    assert 0 < took < 1 << 20  # the buffer takes part of it at once, and nothing waited
+    while took:
+        took -= len(b.recv(took))
+    got: list[bytearray] = []
+    reader = threading.Thread(target=lambda: got.append(recv_frame(b)))
+    reader.start()
+    send_frame(a, body)
+    reader.join(10)
+    assert got == [body]
+    a.settimeout(0.2)
+    with pytest.raises(WireError, match="timed out writing a frame"):
+        send_frame(a, body)  # nobody reads now
+    a.close()
+    b.close()
+
+
+def test_a_blocking_socket_is_not_written_by_write_ready() -> None:
+    a, b = socket.socketpair()
+    assert a.gettimeout() is None
+    assert write_ready(a, b"frame") == 0  # it could wait: left to the caller's send
+    b.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        b.recv(16)
+    a.close()
+    b.close()
 
 
 def test_mid_frame_eof(pair) -> None:
