@@ -12,7 +12,6 @@ once, in ordinary code, where taking a lock or logging is safe.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import threading
@@ -43,11 +42,17 @@ class StopSignals:
         self._watcher.start()  # a signal that came meanwhile waits in the pipe
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        """The handler: a plain store and a non-blocking write, nothing that can wait for a lock."""
-        if self.received is None:
-            self.received = signum
-        with contextlib.suppress(OSError):  # the pipe is full (a storm of signals): the watcher knows
+        """The handler: for the first signal a plain store and one non-blocking write, for any later
+        one nothing. Nothing can wait for a lock, and the handler makes no Python call (a
+        `contextlib.suppress`), where the next signal of a storm would run a nested handler: under
+        a storm those nested until the recursion limit, and the worker exited 1."""
+        if self.received is not None:
+            return
+        self.received = signum
+        try:  # noqa: SIM105 (contextlib.suppress is a Python call: see above)
             os.write(self._write, b"\0")
+        except OSError:  # the watcher has closed the pipe: it was woken already, or is shut
+            pass
 
     def _watch(self) -> None:
         woken = os.read(self._read, 1)  # b"": closed without a signal

@@ -191,19 +191,24 @@ class Batcher:
             self._running = True
             self._lock.release()
             started = self.clock()
+            counted = False
             try:
                 outcomes = self._call(batch)
-                ended = self.clock()
+                busy_s = self.clock() - started
+                with self._lock:  # before any answer leaves: a client holding one sees its call counted
+                    self._count(len(batch), busy_s)
+                counted = True
                 _answer(batch, outcomes)
             except BaseException:  # this thread is being torn down: the others must not hang
                 self._lock.acquire()
                 self._running = False
+                if not counted:
+                    self._count(len(batch), 0.0)
                 self._deliver(batch, [RuntimeError("the model call was interrupted")] * len(batch))
                 self._hand_off(mine)
                 raise
             self._lock.acquire()
             self._running = False
-            self._stats.busy_s += ended - started
             self._deliver(batch, outcomes)
         if mine.lead:  # else another arrival took the lead over while this one waited
             self._hand_off(mine)
@@ -262,9 +267,14 @@ class Batcher:
             item.member.answered_at = now
             if item.event is not None:  # None: the item that leads, which is not waiting
                 item.event.set()
+
+    def _count(self, size: int, busy_s: float) -> None:
+        """A call of `size` items that took `busy_s` in the model, in the statistics (lock held)."""
         self._stats.calls += 1
-        self._stats.items += len(batch)
-        self._stats.sizes[len(batch)] += 1
+        self._stats.items += size
+        self._stats.sizes[size] += 1
+        self._stats.busy_s += busy_s
+        now = self.clock()
         if now >= self._next_log:
             self._next_log = now + STATS_LOG_EVERY_S
             log.info("batch stats: %s", self._stats.line())

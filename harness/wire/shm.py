@@ -26,11 +26,12 @@ import re
 import secrets
 import socket
 import struct
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from harness.wire.errors import WireError
+
+if TYPE_CHECKING:  # numpy only for the annotation: the node script imports this module before any env
+    import numpy as np
 
 SHM_CODEC = "shm"  # the codec name a client lists first in its hello when it offers shared memory
 SHM_MODES = ("auto", "0", "1")  # WIRE_SHM: same-host only, never, always (and required)

@@ -257,3 +257,19 @@ def test_a_batchs_answers_are_sent_by_the_thread_that_ran_it_before_anyone_is_wo
         batch = [(thread, seen) for s, thread, seen in sent if s == step]
         assert len({thread for thread, _ in batch}) == 1  # one thread sent all eight
         assert {seen for _, seen in batch} == {8 * step}  # before any of the eight returned
+
+
+def test_a_call_is_counted_before_its_answers_leave() -> None:
+    """A client that holds its answer and asks for the statistics sees its call in them (the
+    answer leaves from the call's thread before its session is woken)."""
+    batcher = Batcher(lambda payloads: payloads, max_batch=8, max_wait_s=0.0)
+    member = batcher.join()
+    seen: list[tuple[int, int]] = []
+
+    def answered(result: object) -> None:
+        stats = batcher.stats()
+        seen.append((stats.calls, stats.items))
+
+    for n in range(1, 4):
+        assert batcher.submit(member, n, answered) == n
+    assert seen == [(1, 1), (2, 2), (3, 3)]
