@@ -84,4 +84,6 @@ if [ ! -f "$STAMPS/wheelhouse.$wh_stamp" ]; then
   done
   touch "$STAMPS/wheelhouse.$wh_stamp"
 fi
+# The renderer's BRDF table, kept in the sim env so no sim process builds it (harness/episode/bench/brdf_lut.py).
+"$SIM_PY" -m harness.episode.bench.brdf_lut >/dev/null
 log "ready: SIM_PY=$SIM_PY MODEL_PY=$MODEL_PY"

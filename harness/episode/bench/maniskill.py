@@ -71,8 +71,9 @@ class ManiSkillBenchmark:
         return ManiSkillEpisode(self, spec, level, int(seed), render)
 
     def warm_up(self) -> None:
-        """Build and render the first task at BENCH_CONFIG once: the renderer's 6-8 s start-up is paid
-        here, before any unit (the env is kept for that task's first episode)."""
+        """Build and render the first task at BENCH_CONFIG once: the renderer's start-up (~1 s, now
+        that it is given its BRDF table: `brdf_lut`) is paid here, before any unit (the env is kept
+        for that task's first episode)."""
         self.make_episode(self.tasks()[0], knobs.get("BENCH_CONFIG"), 0).close()
 
     def expert(self, task: str, bench_config: str, seed: int) -> ExpertResult:

@@ -6,8 +6,9 @@ away from the task objects, a per-seed jitter of the sensor cameras and light in
 `ContactMonitor` fed after every physics substep (HSR). Every episode starts from a freshly built
 scene: a new env, or a kept one rebuilt by `reset(reconfigure=True)` (`maniskill_cache`; a plain
 reset of a used env drifts: replayed actions diverge in about half the seeds), so all of this is
-built again from the episode's seed. One render system is held for the life of the process so
-only the first env pays the 6-8 s lavapipe start-up.
+built again from the episode's seed. One render system is held for the life of the process, and
+every camera is given the renderer's BRDF table (`brdf_lut`), so no env pays the renderer's own
+~10 CPU-second build of it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.episode.bench import brdf_lut
 from harness.episode.bench.collision import ContactMonitor
 from harness.episode.bench.maniskill_config import LevelSpec, TaskSpec
 
@@ -121,6 +123,11 @@ def _benchmark_class(task_cls: type) -> type:
                 angles = np.deg2rad(rng.uniform(-1, 1, 3) * level.camera_jitter_deg)
                 config.pose = config.pose * Pose.create_from_pq(p=shift, q=quat_from_euler_xyz(angles))
             return configs
+
+        def _setup_sensors(self, options: dict) -> None:
+            super()._setup_sensors(options)
+            if self.backend.render_device is not None:  # before any camera's first picture
+                brdf_lut.give_to([*self._sensors.values(), *self._human_render_cameras.values()])
 
         def _load_lighting(self, options: dict) -> None:
             low, high = self.bench_level.light_scale
