@@ -85,5 +85,11 @@ if [ ! -f "$STAMPS/wheelhouse.$wh_stamp" ]; then
   touch "$STAMPS/wheelhouse.$wh_stamp"
 fi
 # The renderer's BRDF table, kept in the sim env so no sim process builds it (harness/episode/bench/brdf_lut.py).
-"$SIM_PY" -m harness.episode.bench.brdf_lut >/dev/null
+lut_stamp="$(sha256sum < "$(dirname "${BASH_SOURCE[0]}")/../harness/episode/bench/brdf_lut.py" | cut -c1-16)"
+if [ ! -f "$STAMPS/brdf-lut.$lut_stamp" ]; then
+  log "sim env: the renderer's BRDF table"
+  "$SIM_PY" -m harness.episode.bench.brdf_lut >/dev/null
+  rm -f "$STAMPS/brdf-lut".*
+  touch "$STAMPS/brdf-lut.$lut_stamp"
+fi
 log "ready: SIM_PY=$SIM_PY MODEL_PY=$MODEL_PY"

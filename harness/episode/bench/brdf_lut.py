@@ -77,7 +77,8 @@ def _hammersley(samples: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def table_path() -> Path:
-    """Where this sim env keeps the table (it travels with the env when a node stages it)."""
+    """Where this sim env keeps the table (it travels with the env when a node stages it). The name
+    carries what the table is computed from: a change to the formula must change the name."""
     return Path(sys.prefix) / "share" / "harness" / f"brdf_lut_{SIZE}x{SAMPLES}.npy"
 
 
