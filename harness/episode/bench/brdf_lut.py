@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from harness.config.failures import run_command
+
 SIZE = 512  # texels a side, as svulkan2 builds it (it ignores the size it is asked for)
 SAMPLES = 1024  # importance samples per texel, as in brdf_lut.comp
 TEXTURE_NAME = "BRDFLUT"  # the shader binding `samplerBRDFLUT` the renderer fills from this name
@@ -139,4 +141,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_command("brdf_lut", main))
