@@ -99,6 +99,7 @@ def load_or_build(path: Path) -> np.ndarray:
     except (OSError, ValueError) as exc:
         log.warning("cannot read the BRDF table %s (%s): computing it again", path, exc)
     table = compute()
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as tmp:
@@ -106,6 +107,8 @@ def load_or_build(path: Path) -> np.ndarray:
         os.replace(tmp.name, path)
     except OSError as exc:
         log.warning("cannot store the BRDF table at %s (%s): each sim process computes it", path, exc)
+        if tmp is not None:  # a full disk must not leave half a table beside the env
+            Path(tmp.name).unlink(missing_ok=True)
     return table
 
 
