@@ -5,11 +5,13 @@
 Half the workers (`slurm/eval_worker.sh`, as a node starts them) see the run dir through MNT1 as
 host `node1`, half through MNT2 as `node2` (a UTS namespace each: a node's dead pids are provable
 only on that node). A killer SIGKILLs random workers, model servers and sim clients (a killed
-worker is restarted, as a requeue would), and once one worker is SIGSTOPped while it holds a lease,
-until another worker has reaped that lease (past LEASE_TTL), then SIGCONTed. When every unit is
-done or quarantined the run is judged on EXPORT, the server's own files: the facts (nfs.facts) are
-the figures, what the frozen worker wrote after it lost its lease, and the processes of the run
-still alive once its workers are gone (`leftovers`: there must be none). Knobs: the environment.
+worker is restarted, as a requeue would), `--kills` of them and then no more: restarts take most of
+the guest's one CPU, and under kills that never stopped a slow host did not finish in 420 s. Once,
+one worker is SIGSTOPped while it holds a lease, until another worker has reaped that lease (past
+LEASE_TTL), then SIGCONTed. When every unit is done or quarantined the run is judged on EXPORT, the
+server's own files: the facts (nfs.facts) are the figures, what the frozen worker wrote after it
+lost its lease, and the processes of the run still alive once its workers are gone (`leftovers`:
+there must be none). Knobs: the environment.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from support.leftovers import wait_for_no_leftovers
 from support.poolkit import check_finished, make_run, pool_env, stop_group
 
 ROLES = {"policy_model_server": "server", "eval_policy_client": "simclient"}
+KILLED = ("worker", *ROLES.values())
 # pool_env's knobs that the environment may set (the host-side test does): they override its defaults
 POOL_KNOBS = ("LEASE_TTL", "LEASE_SKEW_S", "HEARTBEAT_S", "STALL_TIMEOUT", "CRASH_LIMIT", "FASTBENCH_STEPS")
 POOL_KNOBS += ("FASTBENCH_STEP_MS", "SIMS_PER_WORKER")
@@ -154,6 +157,7 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=4, help="EVAL_TEST_NUM")
     p.add_argument("--unit-seeds", type=int, default=2, help="UNIT_SEEDS")
     p.add_argument("--kill-every", type=float, nargs=2, default=(2.0, 5.0), help="seconds between kills")
+    p.add_argument("--kills", type=int, default=20, help="then no more, once every role has had one")
     p.add_argument("--freeze-at", type=float, default=0.3, help="share of units done when one is frozen")
     p.add_argument("--deadline", type=float, default=420)
     p.add_argument("--seed", type=int, default=1234)
@@ -202,12 +206,15 @@ def main() -> None:
             elif frozen_pid and "t_cont" not in frozen and time.time() > (frozen["t_reaped"] or 0) + 1:
                 os.kill(frozen_pid, signal.SIGCONT)
                 frozen["t_cont"] = time.time()
-            if time.monotonic() >= next_kill:
+            spent = sum(kills.values()) >= args.kills
+            if time.monotonic() >= next_kill and not (spent and len(kills) == len(KILLED)):
                 exclude = {frozen_pid} if frozen_pid and "t_cont" not in frozen else set()
                 live = pool.live(exclude)
                 targets = {"worker": sorted(live), **children(live)}
+                if spent:  # only the roles not hit yet
+                    targets = {r: pids for r, pids in targets.items() if r not in kills}
                 role = rng.choice([r for r, pids in targets.items() if pids] or ["worker"])
-                if targets[role]:
+                if targets.get(role):
                     os.kill(rng.choice(targets[role]), signal.SIGKILL)
                     kills[role] += 1
                 next_kill = time.monotonic() + rng.uniform(*args.kill_every)
