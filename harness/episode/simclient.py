@@ -3,11 +3,12 @@
 Per seed: build a fresh episode, reset the policy, then query → execute the chunk (EXEC_ACTIONS,
 ACTION_SMOOTH/SMOOTH_ROT, FAKE_PROPRIO via harness.episode.actions.ChunkRunner) → repeat, until the task's
 success predicate holds after an executed action (any step: the episode stops there) or the task's
-step limit is reached. One record per seed goes to this writer's own metrics file. An exception in
-the simulator, or an error the policy server answers with, becomes an `error` record for that seed
-(not a trial) and the next seed runs; only a lost connection to the server stops the unit. A video
-that cannot be written never changes a record: it is recorded as `video: null` and a warning line
-says why (harness.episode.video).
+step limit is reached. One record per seed goes to this writer's own metrics file (none once the
+worker that started the client is stopped: its lease may be reaped). An exception in the simulator,
+or an error the policy server answers with, becomes an `error` record for that seed (not a trial)
+and the next seed runs; only a lost connection to the server stops the unit. A video that cannot be
+written never changes a record: it is recorded as `video: null` and a warning line says why
+(harness.episode.video).
 """
 
 from __future__ import annotations
@@ -45,8 +46,12 @@ class SimJob:
     writer_id: str
     progress_file: Path | None = None
     # The worker that started this client: while it is stopped (SIGSTOP, a frozen VM) its lease may be
-    # reaped and the unit run by another worker, so no new episode starts until it runs again.
+    # reaped and the unit run by another worker, so no new episode starts and no record is written.
     worker_pid: int | None = None
+
+
+class WorkerStopped(Exception):
+    """The worker was stopped when an episode ended: that episode's record is not written."""
 
 
 @dataclass
@@ -71,10 +76,17 @@ class SimClient:
     def run(self, report: Any = print) -> list[dict[str, Any]]:
         records = []
         for seed in self.job.seeds:
-            if self.job.worker_pid is not None and process_stopped(self.job.worker_pid):
+            if self._worker_stopped():
                 report(f"worker pid {self.job.worker_pid} is stopped: ending before seed {seed}")
                 break
-            record = self.run_seed(seed)
+            try:
+                record = self.run_seed(seed)
+            except WorkerStopped:
+                report(
+                    f"worker pid {self.job.worker_pid} was stopped during seed {seed}: its result is not "
+                    "recorded (the unit's lease may have a new owner)"
+                )
+                break
             records.append(record)
             for note in self.notes:
                 report(f"{self.job.task} {self.task_config} seed {seed}: warning: {note}")
@@ -122,8 +134,15 @@ class SimClient:
             seed, success and error is None, collided, error, steps, timing, started, video_rel
         )
         record["collision"] = collision
+        if self._worker_stopped():  # its lease may be reaped by now: this worker must commit nothing
+            raise WorkerStopped(seed)
         append_record(self._metrics_file(), record)
         return record
+
+    def _worker_stopped(self) -> bool:
+        """Whether the worker that started this client is stopped now. Checked just before a record
+        is written: a worker found running has heartbeaten within LEASE_TTL, so its lease still holds."""
+        return self.job.worker_pid is not None and process_stopped(self.job.worker_pid)
 
     def _episode(
         self, episode: Episode, seed: int, timing: Timing, video: VideoWriter | None

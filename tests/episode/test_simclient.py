@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +15,7 @@ import pytest
 
 from harness.config.rundir import RunDir
 from harness.episode.records import read_tree
-from harness.episode.simclient import SimClient, SimJob
+from harness.episode.simclient import SimClient, SimJob, process_stopped
 from harness.wire.errors import RemoteError
 
 
@@ -164,3 +168,47 @@ def test_a_failed_video_rename_keeps_the_trial(tmp_path: Path, monkeypatch: pyte
     assert (rec["error"], rec["success"], rec["steps"], rec["video"]) == (None, True, 3, None)
     assert any("seed 0: warning: video seed0.mp4 not written" in line for line in said), said
     assert not list(result_dir.rglob("*.part.mp4"))
+
+
+class StoppingBench(ScriptedBench):
+    """Seed 1's episode SIGSTOPs the worker at its first step (a worker frozen mid-episode)."""
+
+    def __init__(self, worker: subprocess.Popen) -> None:
+        super().__init__({0: (None, None), 1: (None, None), 2: (None, None)})
+        self.worker = worker
+
+    def make_episode(self, task: str, bench_config: str, seed: int, *, render: bool = True):
+        episode = super().make_episode(task, bench_config, seed)
+        if seed == 1:
+            apply = episode.apply
+
+            def stop_then_apply(action: np.ndarray) -> None:
+                os.kill(self.worker.pid, signal.SIGSTOP)
+                deadline = time.monotonic() + 10
+                while not process_stopped(self.worker.pid) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                apply(action)
+
+            episode.apply = stop_then_apply
+        return episode
+
+
+def test_an_episode_that_ends_while_its_worker_is_stopped_is_not_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's lease may be reaped while it is stopped (LEASE_TTL): its in-flight episode used to
+    be recorded after the reap (the NFS chaos test's `records_after_reap`); now nothing is written."""
+    monkeypatch.setenv("RECORD_VIDEO", "0")
+    monkeypatch.setenv("BENCH_CONFIG", "clean")
+    worker = subprocess.Popen(["sleep", "60"])
+    try:
+        said: list[str] = []
+        job = SimJob(tmp_path / "run", "table", "T", [0, 1, 2], "w7", worker_pid=worker.pid)
+        recs = SimClient(StoppingBench(worker), ScriptedPolicy(), job).run(said.append)
+    finally:
+        worker.kill()
+        worker.wait()
+    assert [r["seed"] for r in recs] == [0]
+    assert set(read_tree(RunDir(tmp_path / "run").results).records) == {("T", "table_clean", 0)}
+    assert any("was stopped during seed 1: its result is not recorded" in line for line in said), said
+    assert not any("seed 2" in line for line in said), said

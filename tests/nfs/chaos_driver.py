@@ -235,8 +235,8 @@ def main() -> None:
 
 def freeze(pool: Pool, server: RunDir, units: dict[str, Unit], frozen: dict[str, Any], anytime: bool):
     """SIGSTOP a worker that holds a lease of a good unit, while its sim client runs an episode that
-    is not the unit's last (its client then records that episode before the reap, legitimately, and
-    must start no other); `anytime`: at any moment of the unit. None (try later) if none qualifies."""
+    is not the unit's last (its client must neither record that episode nor start another);
+    `anytime`: at any moment of the unit. None (try later) if none qualifies."""
     for wid, (key, generation) in holders(server).items():
         slot = pool.slot_of(wid)
         if slot is None or CRASHING in key:
