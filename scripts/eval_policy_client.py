@@ -5,8 +5,10 @@ the environment. Records go to this writer's own metrics file in the run dir, vi
 Exit 0 when every seed has a record (errored episodes included); 2 when it cannot run at all (bad
 arguments, no model server, spec mismatch); 3 when the connection to the server is lost mid-unit;
 4 when the benchmark or its renderer cannot start on this node (it cannot be loaded, or its
-warm-up fails); 5 (no episode run) when the code it runs is not the code the run's contract hashed.
-A worker reads 2 and 3 as the model server's fault and 4 as the node's, never as the unit's.
+warm-up fails); 5 (no episode run) when the code it runs is not the code the run's contract hashed;
+6 when it stopped because process --worker-pid was stopped (SIGSTOP: its lease may be reaped), the
+seed running then and those after it left without a record. A worker reads 2 and 3 as the model
+server's fault and 4 as the node's, never as the unit's; after 6 it runs the seeds left again.
 
 --serve (how a worker runs it): one process for many units, one JSON job line per unit on stdin,
 answered by a `UNIT_END {"returncode": <the exit status above>, "pid": ...}` line on stdout

@@ -72,12 +72,14 @@ class SimClient:
         self.notes: list[str] = []  # things to report that do not change a record (a lost video)
         self._progress_at = float("-inf")
         self._seed_started_at = 0.0  # epoch seconds the running seed's episode started (progress file)
+        self.worker_stopped = False  # run() ended early: the worker was stopped (its seeds left unrecorded)
 
     def run(self, report: Any = print) -> list[dict[str, Any]]:
         records = []
         for seed in self.job.seeds:
             if self._worker_stopped():
                 report(f"worker pid {self.job.worker_pid} is stopped: ending before seed {seed}")
+                self.worker_stopped = True
                 break
             try:
                 record = self.run_seed(seed)
@@ -86,6 +88,7 @@ class SimClient:
                     f"worker pid {self.job.worker_pid} was stopped during seed {seed}: its result is not "
                     "recorded (the unit's lease may have a new owner)"
                 )
+                self.worker_stopped = True
                 break
             records.append(record)
             for note in self.notes:

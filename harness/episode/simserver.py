@@ -42,8 +42,9 @@ from harness.wire.shm import SHM_MODES
 UNIT_END = "UNIT_END "  # the prefix of the answer line that ends a unit in `--serve` mode
 # The one-shot CLI's exit statuses (scripts/eval_policy_client.py), which the worker reads as a
 # cause (harness/worker/faults.py): no model server, a refused pairing or bad arguments; the server
-# lost mid-unit; the benchmark or its renderer cannot start on this node.
-CANNOT_START, LOST_SERVER, NO_BENCHMARK = 2, 3, 4
+# lost mid-unit; the benchmark or its renderer cannot start on this node; the worker was stopped
+# (SIGSTOP) mid-unit, so the seed running then and those after it have no record.
+CANNOT_START, LOST_SERVER, NO_BENCHMARK, WORKER_STOPPED = 2, 3, 4, 6
 JOB_FIELDS = ("run_dir", "scene", "task", "seeds", "writer_id")
 
 
@@ -75,15 +76,16 @@ def run_job_via(
         complain(f"eval_policy_client: cannot start: {exc}")
         return CANNOT_START
     with client:
+        sim = SimClient(bench, client, job)
         try:
-            SimClient(bench, client, job).run(report=report)
+            sim.run(report=report)
         except (PeerClosed, ConnectionError, TimeoutError) as exc:
             complain(f"eval_policy_client: lost the model server: {exc}")
             return LOST_SERVER
         except WireError as exc:  # the hello refused the pairing (spec or version mismatch)
             complain(f"eval_policy_client: {exc}")
             return CANNOT_START
-    return 0
+    return WORKER_STOPPED if sim.worker_stopped else 0
 
 
 def connect(ready_file: Path, timeout_s: float, run_dir: Path) -> PolicyClient | ExternalPolicyClient:

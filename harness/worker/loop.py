@@ -44,6 +44,7 @@ from harness.worker.episode_costs import seed_costs
 from harness.worker.external_server import ExternalServer
 from harness.worker.faults import Fault
 from harness.worker.model_server_process import ModelServerFailed, ModelServerProcess
+from harness.worker.sim_process import WORKER_STOPPED
 from harness.worker.sim_slot import SimSlot, open_slot
 from harness.worker.stopping import CellStopper
 from harness.worker.unit_records import finished_seeds, missing_seeds, seeds_written_since
@@ -278,11 +279,14 @@ class Worker:
             recorded = seeds_written_since(self.run, unit, info, slot.writer_id, since, todo)
             wall_s = time.monotonic() - started
             slot.settle(self.run, unit, outcome, todo, recorded, info, wall_s)
-            fault = faults.classify(outcome, faults.server_down(self.server)) or fault
-            attempted = recorded | ({outcome.seed} if outcome.seed is not None else set())
+            # this worker was stopped mid-unit: the seeds left run again if the next beat keeps the lease
+            stopped = outcome.killed is None and outcome.returncode == WORKER_STOPPED
+            if not stopped:
+                fault = faults.classify(outcome, faults.server_down(self.server)) or fault
+            attempted = recorded | ({outcome.seed} if outcome.seed is not None and not stopped else set())
             if (fault is not None and fault.cause != faults.UNIT) or outcome.killed == "unit timeout":
                 break  # not the unit's fault: no later seed can run either; or the unit is out of time
-            if not attempted & set(todo):
+            if not attempted & set(todo) and not stopped:
                 break  # the client could not run at all
             todo = [s for s in todo if s not in attempted]
         return fault

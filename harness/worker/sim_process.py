@@ -27,6 +27,7 @@ from harness.worker import children
 POLL_S = 0.2
 UNIT_END = "UNIT_END "  # harness.episode.simserver.UNIT_END: the worker stage does not import episode code
 COMPLAINT = "eval_policy_client: "  # how the sim client's lines saying why it cannot run begin
+WORKER_STOPPED = 6  # harness.episode.simserver.WORKER_STOPPED: this worker was stopped mid-unit
 CLOSE_GRACE_S = 5.0
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from harness.config.contract import CODE_REFUSED_EXIT
 from harness.config.create import create_run
-from harness.episode.simserver import CANNOT_START, LOST_SERVER, NO_BENCHMARK, UNIT_END, serve
-from harness.worker import faults
+from harness.episode.simserver import CANNOT_START, LOST_SERVER, NO_BENCHMARK, UNIT_END, WORKER_STOPPED, serve
+from harness.worker import faults, sim_process
 from support.fastbench import FastBench
 
 
@@ -81,6 +81,6 @@ def test_a_failed_warm_up_ends_the_process_with_the_node_exit_status(tmp_path: P
 
 def test_the_worker_reads_the_sim_exit_statuses_the_sim_uses() -> None:
     """The worker mirrors the sim's exit statuses (it does not import the sim's code): they agree."""
-    mirrored = (faults.CANNOT_START, faults.LOST_SERVER, faults.NO_BENCHMARK)
-    assert mirrored == (CANNOT_START, LOST_SERVER, NO_BENCHMARK)
-    assert len({CANNOT_START, LOST_SERVER, NO_BENCHMARK, CODE_REFUSED_EXIT}) == 4
+    mirrored = (faults.CANNOT_START, faults.LOST_SERVER, faults.NO_BENCHMARK, sim_process.WORKER_STOPPED)
+    assert mirrored == (CANNOT_START, LOST_SERVER, NO_BENCHMARK, WORKER_STOPPED)
+    assert len({CANNOT_START, LOST_SERVER, NO_BENCHMARK, WORKER_STOPPED, CODE_REFUSED_EXIT}) == 5

@@ -1,0 +1,47 @@
+"""A worker stopped (SIGSTOP) mid-episode for less than LEASE_TTL keeps its lease: the episode that
+was running when it stopped is not recorded (harness.episode.simclient: the lease may have been
+reaped meanwhile), so it must run again, and the unit must not be charged a crash for it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+from harness.worker.loop import TEMP_PREFIX
+from support.poolkit import check_finished, make_run, pool_env, start_worker, stop_group, wait_for
+
+
+def _running_seed(worker_pid: int) -> int | None:
+    """The seed the worker's sim client is stepping now (its progress file, fresh), if any."""
+    for path in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}{worker_pid}-*/progress-*.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            if time.time() - path.stat().st_mtime < 1.0 and json.loads(path.read_text())["step"] > 0:
+                return int(json.loads(path.read_text())["seed"])
+    return None
+
+
+def test_a_brief_stop_mid_episode_reruns_that_episode_and_charges_no_crash(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run", [("s", "t0")])
+    env = pool_env(
+        run, EVAL_TEST_NUM="3", FASTBENCH_STEPS="10", FASTBENCH_STEP_MS="150", CRASH_LIMIT="1",
+        LEASE_TTL="30", STALL_TIMEOUT="60",
+    )  # fmt: skip
+    log = tmp_path / "w0.log"
+    worker = start_worker(env, "w0", log)
+    try:
+        wait_for(lambda: _running_seed(worker.pid) is not None, 120, "an episode running")
+        worker.send_signal(signal.SIGSTOP)
+        time.sleep(2.5)  # the episode (1.5 s) ends while the worker is stopped
+        worker.send_signal(signal.SIGCONT)
+        code = worker.wait(120)
+    finally:
+        stop_group(worker)
+    text = log.read_text()
+    assert code == 0, text
+    assert "was stopped during seed" in text, text
+    assert not list(run.leases.glob("*.crash.*")), text
+    check_finished(run, env, set())
