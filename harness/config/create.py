@@ -37,7 +37,7 @@ from harness.config.paths import CODE_ROOT, bundle_root, resolve_checkpoint
 from harness.config.plan import resolve_unit_seeds
 from harness.config.rundir import QueueFileError, RunDir, read_queue
 from harness.config.seedbank import resolve_root
-from harness.config.stoprule import check_stop_rule
+from harness.config.stoprule import BASELINE_INFO, check_stop_rule
 
 SIMULATOR_DISTS = ("sapien", "mani_skill")
 
@@ -82,7 +82,7 @@ def create_run(
         unit_seeds, unit_split = resolve_unit_seeds(contract["knobs"]["UNIT_SEEDS"], len(cells), n, env)
     except ValueError as exc:
         raise ManifestError(str(exc)) from None
-    check_stop_rule(contract, n, env)
+    rule = check_stop_rule(contract, n, env)
     if run.manifest.exists():
         return _same_run(run, contract, n)
     contract["knobs"]["UNIT_SEEDS"] = unit_seeds  # frozen as the number: every worker cuts these units
@@ -109,6 +109,7 @@ def create_run(
             "simulator": _simulator_versions(),
             "unit_split": unit_split,
             **({"step_limits": dict(step_limits)} if step_limits else {}),
+            **({BASELINE_INFO: rule.baseline_path} if rule.baseline_path else {}),
             **_git_version(),
         },
     )

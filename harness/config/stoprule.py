@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +25,7 @@ from harness.config.manifest import Manifest, ManifestError, load_manifest
 from harness.config.paths import run_dir
 
 FIXED = "fixed"
+BASELINE_INFO = "stop_baseline"  # run.yaml's info: the compare baseline's directory, resolved at creation
 Kind = Literal["fixed", "precision", "compare"]
 
 
@@ -36,16 +37,20 @@ class StopRule:
     half_width: float | None = None  # precision: the interval's largest accepted half-width
     baseline: str | None = None  # compare: the baseline run, a name under $RUNS_ROOT or a path
     margin: float | None = None  # compare: |dSR| below it is "equivalent"
+    # compare: the baseline's directory as the run's creation resolved it (run.yaml's info), so a
+    # worker or report whose RUNS_ROOT differs still reads the baseline the run was checked against
+    baseline_path: str | None = None
 
     @property
     def adaptive(self) -> bool:
         return self.kind != FIXED
 
     def baseline_dir(self, env: Mapping[str, str] = os.environ) -> Path:
-        """The baseline run's dir ($RUNS_ROOT/<name>, or the path given)."""
+        """The baseline run's dir: the one frozen at the run's creation, else $RUNS_ROOT/<name> (or
+        the path given)."""
         if self.baseline is None:
             raise ValueError(f"EVAL_STOP={self.kind}: has no baseline run")
-        return run_dir(self.baseline, env)
+        return Path(self.baseline_path) if self.baseline_path else run_dir(self.baseline, env)
 
 
 def _fraction(text: str, what: str, spec: str, allow_zero: bool) -> float:
@@ -79,8 +84,11 @@ def parse_stop_rule(spec: str) -> StopRule:
 
 
 def run_rule(manifest: Manifest) -> StopRule:
-    """The rule a run's contract froze (a run made before the knob existed is `fixed`)."""
-    return parse_stop_rule(manifest.knobs.get("EVAL_STOP", FIXED))
+    """The rule a run's contract froze (a run made before the knob existed is `fixed`), with the
+    baseline's directory its creation resolved (a run made before that was kept: resolved now)."""
+    rule = parse_stop_rule(manifest.knobs.get("EVAL_STOP", FIXED))
+    frozen = manifest.info.get(BASELINE_INFO)
+    return replace(rule, baseline_path=frozen) if rule.kind == "compare" and frozen else rule
 
 
 def _baseline_problems(contract: dict[str, Any], n: int, baseline: Manifest) -> list[str]:
@@ -101,7 +109,8 @@ def _baseline_problems(contract: dict[str, Any], n: int, baseline: Manifest) -> 
 
 def check_stop_rule(contract: dict[str, Any], n: int, env: Mapping[str, str] = os.environ) -> StopRule:
     """The run's rule, refused (ManifestError naming the knob or the baseline run) when it cannot work:
-    a bad EVAL_STOP, UNIT_SEEDS=0 with an adaptive rule, or a baseline that does not cover this run."""
+    a bad EVAL_STOP, UNIT_SEEDS=0 with an adaptive rule, or a baseline that does not cover this run.
+    A compare rule comes back with the baseline's directory resolved (`baseline_path`)."""
     knobs = contract["knobs"]
     try:
         rule = parse_stop_rule(knobs["EVAL_STOP"])
@@ -128,4 +137,5 @@ def check_stop_rule(contract: dict[str, Any], n: int, env: Mapping[str, str] = o
             raise ManifestError(
                 f"EVAL_STOP baseline run {rule.baseline!r} ({where}) does not cover this run:{listing}"
             )
+        return replace(rule, baseline_path=str(where.resolve()))
     return rule

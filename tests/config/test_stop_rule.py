@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from harness.config.create import create_run
-from harness.config.manifest import ManifestError
-from harness.config.stoprule import StopRule, parse_stop_rule
+from harness.config.manifest import ManifestError, load_manifest
+from harness.config.stoprule import StopRule, parse_stop_rule, run_rule
 from support.poolkit import make_run, pool_env
 
 
@@ -70,3 +70,16 @@ def test_a_compare_baseline_must_exist_and_cover_the_run(tmp_path: Path) -> None
         fits, RUNS_ROOT=str(runs), EVAL_STOP="compare:base:0.05", UNIT_SEEDS="2", EVAL_TEST_NUM="4"
     )
     assert create_run(fits.root, fits.queue, env).knobs["EVAL_STOP"] == "compare:base:0.05"
+
+
+def test_the_baseline_a_run_was_checked_against_is_the_one_its_workers_read(tmp_path: Path) -> None:
+    """The baseline's directory is resolved once, when the run is created: a worker or a report whose
+    RUNS_ROOT differs (another node's environment) used to read $RUNS_ROOT/base there, another run
+    or none at all, and stop cells against it."""
+    runs, elsewhere = tmp_path / "runs", tmp_path / "elsewhere"
+    pool_env(make_run(runs / "base", [("s", "t")]), EVAL_TEST_NUM="4")
+    run = make_run(runs / "r", [("s", "t")])
+    pool_env(run, RUNS_ROOT=str(runs), EVAL_STOP="compare:base:0.05", UNIT_SEEDS="2", EVAL_TEST_NUM="4")
+    rule = run_rule(load_manifest(run.root))
+    assert rule.baseline_dir({"RUNS_ROOT": str(elsewhere)}) == (runs / "base").resolve()
+    assert rule.baseline == "base" and rule.margin == 0.05
