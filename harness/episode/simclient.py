@@ -28,6 +28,7 @@ from harness.episode.actions import ChunkRunner
 from harness.episode.bench import Benchmark, Episode
 from harness.episode.records import append_record, now_iso_microseconds
 from harness.episode.video import VideoWriter
+from harness.queue.owner import process_stopped
 from harness.wire.client import PolicyClient
 from harness.wire.errors import PeerClosed, WireError
 
@@ -238,13 +239,3 @@ def _error_text(exc: BaseException) -> str:
 def _close_quietly(episode: Episode) -> None:
     with contextlib.suppress(Exception):  # closing a broken simulator must not hide the episode's error
         episode.close()
-
-
-def process_stopped(pid: int) -> bool:
-    """True while process `pid` is stopped (state T or t in /proc/<pid>/stat)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2 :][:1] in (b"T", b"t")

@@ -36,6 +36,16 @@ def start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
+def process_stopped(pid: int) -> bool:
+    """True while process `pid` is stopped (state T or t in /proc/<pid>/stat: SIGSTOP, a debugger)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2 :][:1] in (b"T", b"t")
+
+
 @cache
 def pid_namespace() -> str:
     """This process's PID namespace (`pid:[<inode>]`): pids mean something only within one."""

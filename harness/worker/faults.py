@@ -75,6 +75,8 @@ def of_attempt(fault: Fault | None, errored: int, server_died: bool) -> Fault:
 
 def server_down(server: ModelServerProcess | ExternalServer) -> str | None:
     """Why the worker's model server cannot serve now (None while it can)."""
+    if isinstance(server, ModelServerProcess) and server.stopped():
+        return "its process is stopped (SIGSTOP): it answers nothing"
     if server.alive():
         return None
     return server.trouble if isinstance(server, ExternalServer) else "its process is gone"

@@ -255,6 +255,13 @@ class Worker:
             log(f"errored attempt {slot.queue.crashes[unit.key]}: {fault}", unit)
         self.breaker.record(fault)
 
+    def restart_stopped_server(self, slot: SimSlot, unit: Unit) -> None:
+        """An episode stalled while our own model server is stopped (SIGSTOP): it is hung, not the
+        unit (faults.server_down says so); kill it, and the next ensure() starts a new one."""
+        if isinstance(self.server, ModelServerProcess) and self.server.stopped():
+            slot.log("the episode stalled on a stopped model server: restarting the server", unit)
+            self.server.stop()
+
     def run_seeds(
         self, slot: SimSlot, lease: Lease, seeds: list[int], info: dict, result_dir: Path
     ) -> Fault | None:
@@ -283,6 +290,8 @@ class Worker:
             stopped = outcome.killed is None and outcome.returncode == WORKER_STOPPED
             if not stopped:
                 fault = faults.classify(outcome, faults.server_down(self.server)) or fault
+            if outcome.killed == "stalled":
+                self.restart_stopped_server(slot, unit)
             attempted = recorded | ({outcome.seed} if outcome.seed is not None and not stopped else set())
             if (fault is not None and fault.cause != faults.UNIT) or outcome.killed == "unit timeout":
                 break  # not the unit's fault: no later seed can run either; or the unit is out of time

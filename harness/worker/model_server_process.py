@@ -22,6 +22,7 @@ from typing import Any
 
 from harness.config import knobs
 from harness.config.failures import Failed
+from harness.queue.owner import process_stopped
 from harness.wire.errors import WireError
 from harness.wire.readyfile import read_ready
 from harness.worker import children
@@ -61,6 +62,10 @@ class ModelServerProcess:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def stopped(self) -> bool:
+        """Alive but stopped (SIGSTOP): it answers nothing until it is continued."""
+        return self.proc is not None and self.alive() and process_stopped(self.proc.pid)
 
     def ensure(self, timeout_s: float, attempts: int = 3) -> dict[str, Any]:
         """The running server's ready info; (re)starts it first if it is not running. A start that

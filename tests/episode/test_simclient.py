@@ -15,7 +15,8 @@ import pytest
 
 from harness.config.rundir import RunDir
 from harness.episode.records import read_tree
-from harness.episode.simclient import SimClient, SimJob, process_stopped
+from harness.episode.simclient import SimClient, SimJob
+from harness.queue.owner import process_stopped
 from harness.wire.errors import RemoteError
 
 
