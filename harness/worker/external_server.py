@@ -90,6 +90,10 @@ class ExternalServer:
         self._watch()
         return self.info
 
+    def kill_if_stopped(self) -> bool:
+        """Never: an external server is not this worker's process (its health check judges it)."""
+        return False
+
     def alive(self) -> bool:
         """False once the server missed MISSES_TO_DEAD health checks in a row (see the module doc)."""
         self._watch()

@@ -44,7 +44,6 @@ from harness.worker.episode_costs import seed_costs
 from harness.worker.external_server import ExternalServer
 from harness.worker.faults import Fault
 from harness.worker.model_server_process import ModelServerFailed, ModelServerProcess
-from harness.worker.sim_process import WORKER_STOPPED
 from harness.worker.sim_slot import SimSlot, open_slot
 from harness.worker.stopping import CellStopper
 from harness.worker.unit_records import finished_seeds, missing_seeds, seeds_written_since
@@ -255,13 +254,6 @@ class Worker:
             log(f"errored attempt {slot.queue.crashes[unit.key]}: {fault}", unit)
         self.breaker.record(fault)
 
-    def restart_stopped_server(self, slot: SimSlot, unit: Unit) -> None:
-        """An episode stalled while our own model server is stopped (SIGSTOP): it is hung, not the
-        unit (faults.server_down says so); kill it, and the next ensure() starts a new one."""
-        if isinstance(self.server, ModelServerProcess) and self.server.stopped():
-            slot.log("the episode stalled on a stopped model server: restarting the server", unit)
-            self.server.stop()
-
     def run_seeds(
         self, slot: SimSlot, lease: Lease, seeds: list[int], info: dict, result_dir: Path
     ) -> Fault | None:
@@ -286,12 +278,11 @@ class Worker:
             recorded = seeds_written_since(self.run, unit, info, slot.writer_id, since, todo)
             wall_s = time.monotonic() - started
             slot.settle(self.run, unit, outcome, todo, recorded, info, wall_s)
-            # this worker was stopped mid-unit: the seeds left run again if the next beat keeps the lease
-            stopped = outcome.killed is None and outcome.returncode == WORKER_STOPPED
+            stopped = outcome.worker_stopped  # the seeds left run again if the next beat keeps the lease
             if not stopped:
                 fault = faults.classify(outcome, faults.server_down(self.server)) or fault
-            if outcome.killed == "stalled":
-                self.restart_stopped_server(slot, unit)
+            if outcome.killed == "stalled" and self.server.kill_if_stopped():  # hung: ensure() restarts it
+                slot.log("the episode stalled on a stopped model server: restarting the server", unit)
             attempted = recorded | ({outcome.seed} if outcome.seed is not None and not stopped else set())
             if (fault is not None and fault.cause != faults.UNIT) or outcome.killed == "unit timeout":
                 break  # not the unit's fault: no later seed can run either; or the unit is out of time

@@ -67,6 +67,14 @@ class ModelServerProcess:
         """Alive but stopped (SIGSTOP): it answers nothing until it is continued."""
         return self.proc is not None and self.alive() and process_stopped(self.proc.pid)
 
+    def kill_if_stopped(self) -> bool:
+        """Kill it if it is stopped (hung: an episode stalled on it); the next `ensure` starts a new
+        one. True if it was."""
+        if not self.stopped():
+            return False
+        self.stop()
+        return True
+
     def ensure(self, timeout_s: float, attempts: int = 3) -> dict[str, Any]:
         """The running server's ready info; (re)starts it first if it is not running. A start that
         a signal killed is retried (up to `attempts` in all); one that failed by itself is not.

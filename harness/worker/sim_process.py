@@ -38,6 +38,12 @@ class SimOutcome:
     seed: int | None  # the seed running at the end (from the progress file), if any
     said: str | None = None  # the sim client's last line saying why it could not run, if any
 
+    @property
+    def worker_stopped(self) -> bool:
+        """It ended early because this worker was stopped: the seeds left (and the running one) have
+        no record and run again if the worker still holds the lease."""
+        return self.killed is None and self.returncode == WORKER_STOPPED
+
 
 def read_progress(path: Path) -> tuple[bytes, int | None]:
     """The progress file's raw content (for change detection) and its seed."""

@@ -23,7 +23,7 @@ from harness.config.rundir import RunDir
 from harness.queue.leases import LeaseQueue
 from harness.queue.units import Unit
 from harness.worker.model_server_process import ModelServerProcess
-from harness.worker.sim_process import WORKER_STOPPED, SimOutcome, SimProcess, read_progress
+from harness.worker.sim_process import SimOutcome, SimProcess, read_progress
 from harness.worker.unit_records import record_errored
 from harness.worker.worklog import WorkerLog
 
@@ -80,7 +80,7 @@ class SimSlot:
         if outcome.returncode == 0 and outcome.killed is None:
             self.log(f"sim client finished {len(todo)} seeds", unit)
             return None
-        if outcome.returncode == WORKER_STOPPED and outcome.killed is None:
+        if outcome.worker_stopped:
             self.log("sim client ended early: this worker was stopped; the seeds left run again", unit)
             return None
         why = outcome.killed or f"sim client exited with {outcome.returncode}"
