@@ -5,15 +5,17 @@ The observation is 3 cameras × 224×224×3 uint8 + a 10-D proprio; the reply a 
 real worker. Three codecs over TCP loopback: msgpack, our JSON, and the reference JSON+base64 done
 the plain way (stdlib json + base64, str round trips); the same-host shared-memory transport
 (`shm`, harness.wire.shm: arrays through memfd regions, msgpack header on the server's Unix socket,
-harness.wire.local, as a client on its host dials it; `shm_tcp`: the same over TCP) and a plain
+harness.wire.local, as a client on its host dials it; `shm_tcp`: the same over TCP; `shm_blocking`:
+the same as `shm` with WIRE_SPIN_US=0 at both ends, so every wait sleeps in recv; each of the three
+with a server of its own, as a worker's sim has) and a plain
 memcpy of the observation's arrays into a buffer (the physical floor), measured in the same run;
 and, on the same payload, the two other ecosystems' protocols over WebSocket: openpi (our server
 in MODEL_SERVER_PROTOCOL=openpi mode, harness.wire.openpi's client) and vla-eval (vla-eval's own
 `serve` with a `hold` PredictModelServer, harness.wire.vlaeval's client). Prints the median and p90
 µs per round trip; the last line is `msgpack_rt_us=<n> json_rt_us=<n> plain_json_rt_us=<n>
-shm_rt_us=<n> shm_tcp_rt_us=<n> memcpy_rt_us=<n> openpi_rt_us=<n> vla_eval_rt_us=<n>` followed by the
-`<name>_p90_us=<n>` of each, then `shm_vs_memcpy=<shm median / memcpy median>`. It prints
-figures; it does not pass or fail on speed.
+shm_rt_us=<n> shm_tcp_rt_us=<n> shm_blocking_rt_us=<n> memcpy_rt_us=<n> openpi_rt_us=<n>
+vla_eval_rt_us=<n>` followed by the `<name>_p90_us=<n>` of each, then `shm_vs_memcpy=<shm median
+/ memcpy median>`. It prints figures; it does not pass or fail on speed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import base64
 import json
 import logging
+import os
 import socket
 import statistics
 import subprocess
@@ -35,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.config import knobs
 from harness.wire import codecs, vlaeval
 from harness.wire.client import PolicyClient
 from harness.wire.openpi import OpenpiConnection
@@ -128,17 +132,19 @@ def observation() -> dict[str, Any]:
 Infer = Callable[[dict[str, Any], int], np.ndarray]
 
 
-def native_client(ready: Path, name: str) -> tuple[Infer, Callable[[], None]]:
-    """Our client with codec `name` over TCP, or (`shm`) with shared memory required, over the
-    server's Unix socket (the same-host default) or (`shm_tcp`) over TCP."""
+def native_client(ready: Path, name: str, spin_us: int | None = None) -> tuple[Infer, Callable[[], None]]:
+    """Our client with codec `name` over TCP, or (`shm*`) with shared memory required, over the
+    server's Unix socket (the same-host default) or (`shm_tcp`) over TCP; polling for replies as
+    WIRE_SPIN_US says unless `spin_us` is given."""
+    spin_us = knobs.get_int("WIRE_SPIN_US") if spin_us is None else spin_us
     if name.startswith("shm"):
         unix = "0" if name == "shm_tcp" else "auto"
-        client = PolicyClient.from_ready_file(ready, timeout_s=60, shm="1", unix=unix)
+        client = PolicyClient.from_ready_file(ready, timeout_s=60, shm="1", unix=unix, spin_us=spin_us)
     else:
         client = PolicyClient.from_ready_file(ready, timeout_s=60, codec=name, shm="0", unix="0")
     client.hello(SPEC)
     assert type(client._codec) is (ShmCodec if name.startswith("shm") else codecs.CODECS[name])
-    assert (client._sock.family == socket.AF_UNIX) == (name == "shm")
+    assert (client._sock.family == socket.AF_UNIX) == (name != "shm_tcp" and name.startswith("shm"))
     client.reset("bench", "bench", "hold still", 0)
     return client.infer, client.close
 
@@ -218,15 +224,23 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         ready, openpi_ready, port = Path(tmp) / "ready.json", Path(tmp) / "openpi.json", free_port()
+        # each shared-memory client has a server of its own, as a worker's sim has (the socket
+        # codecs share one): a server polls for a session's requests only while it has no other
+        shm_ready = {name: Path(tmp) / f"{name}.json" for name in ("shm", "shm_tcp", "shm_blocking")}
         servers = [
-            subprocess.Popen([sys.executable, __file__, *flag])
-            for flag in (["--serve", str(ready)], ["--serve-openpi", str(openpi_ready)],
-                         ["--serve-vla-eval", str(port)])
+            subprocess.Popen([sys.executable, __file__, *flag], env={**os.environ, **env})
+            for flag, env in ((["--serve", str(ready)], {}),
+                              (["--serve-openpi", str(openpi_ready)], {}),
+                              (["--serve-vla-eval", str(port)], {}),
+                              (["--serve", str(shm_ready["shm"])], {}),
+                              (["--serve", str(shm_ready["shm_tcp"])], {}),
+                              (["--serve", str(shm_ready["shm_blocking"])], {"WIRE_SPIN_US": "0"}))
         ]  # fmt: skip
         try:
             wait_vla_eval(port, servers[2])
-            names = ("msgpack", "json", "plain_json", "shm", "shm_tcp")
-            clients = {name: native_client(ready, name) for name in names}
+            clients = {name: native_client(ready, name) for name in ("msgpack", "json", "plain_json")}
+            for name, path in shm_ready.items():
+                clients[name] = native_client(path, name, spin_us=0 if name == "shm_blocking" else None)
             clients["memcpy"] = memcpy_client()
             clients["openpi"] = openpi_client(openpi_ready)
             clients["vla_eval"] = vla_eval_client(port)

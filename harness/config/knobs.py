@@ -19,6 +19,7 @@ from harness.config.knobtypes import FLAG, MAPPING, NAME, TEXT, Accepts, choice,
 from harness.wire.frames import DEFAULT_MAX_FRAME
 from harness.wire.local import UNIX_MODES
 from harness.wire.shm import SHM_MODES
+from harness.wire.spin import DEFAULT_SPIN_US
 
 QUEUE_MODES = ("lease",)  # the reference's QUEUE_MODE knob: the lease queue is the only mode
 WIRE_CODECS = ("msgpack", "json")  # harness.wire.codecs.CODECS, without importing numpy here
@@ -189,6 +190,9 @@ KNOBS: dict[str, Knob] = {
         Knob("WIRE_UNIX", "auto",
              "auto (a client on the model server's host dials its Unix socket, TCP if that fails) or 0 "
              "(TCP only, both ends)", False, accepts=choice(*UNIX_MODES)),
+        Knob("WIRE_SPIN_US", str(DEFAULT_SPIN_US),
+             "µs a reader polls for the next frame before it sleeps, while its peer answers within that "
+             "(0: never poll)", False, accepts=integer(0)),
         # model server memory (harness.model.inflight)
         Knob("MODEL_SERVER_INFLIGHT_BYTES", str(DEFAULT_MAX_FRAME),
              "request bytes a model server's connections hold at once (frames over 256 KiB, shared-memory "

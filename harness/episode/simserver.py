@@ -97,6 +97,7 @@ def connect(ready_file: Path, timeout_s: float, run_dir: Path) -> PolicyClient |
         "codec": knobs.get("WIRE_CODEC"),
         "max_frame": knobs.get_int("WIRE_MAX_FRAME"),
         "shm": knobs.get_choice("WIRE_SHM", SHM_MODES),
+        "spin_us": knobs.get_int("WIRE_SPIN_US"),
     }
     if knobs.get_bool("SIM_AS_SERVER"):
         bind = knobs.get("MODEL_SERVER_BIND")

@@ -124,6 +124,11 @@ class Batcher:
             self._members.add(member)
         return member
 
+    def alone(self, member: Member) -> bool:
+        """Whether no other member is active: `member`'s requests have the batcher to themselves."""
+        with self._lock:
+            return not any(other.active for other in self._members if other is not member)
+
     def leave(self, member: Member) -> None:
         with self._lock:
             self._members.discard(member)

@@ -19,6 +19,7 @@ from harness.wire.codecs import Codec
 from harness.wire.errors import StreamBroken, WireError
 from harness.wire.frames import recv_body, recv_header, skip_body
 from harness.wire.shmcodec import ShmCodec
+from harness.wire.spin import Spin
 
 FRAME_TIMEOUT_S = 60.0  # once a frame has started, the rest must follow
 HELLO_MAX_FRAME = 1 << 20  # the largest frame before a successful hello (a hello is a few hundred bytes)
@@ -31,15 +32,23 @@ def inflight_budget() -> InflightBudget:
 
 
 def next_request(
-    conn: socket.socket, session: Session, limit: int, budget: InflightBudget, hello_by: float | None
+    conn: socket.socket,
+    session: Session,
+    limit: int,
+    budget: InflightBudget,
+    hello_by: float | None,
+    spin: Spin | None = None,
 ) -> tuple[bytearray, Reservation]:
     """The next frame's body and its share of the budget, reserved before the body is read.
 
     Raises `Busy` (the body read away, so the stream stays in step) when the budget stayed full.
+    `spin` polls for the header while the client is quick, if no other session of its batcher is
+    active: sessions that share a process would poll each other off its cores and its GIL.
     """
     bound, name = frame_bound(session, limit, budget)
     deadline = None if session.greeted else hello_by
-    size = recv_header(conn, bound, deadline=deadline, limit_name=name)
+    spin = spin if session.policy.batcher.alone(session.member) else None
+    size = recv_header(conn, bound, deadline=deadline, limit_name=name, spin=spin)
     try:
         reservation = budget.reserve(size)
     except Busy:

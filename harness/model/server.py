@@ -51,6 +51,7 @@ from harness.wire.readyfile import (
     write_ready,
 )
 from harness.wire.shm import SHM_MODES
+from harness.wire.spin import Spin
 
 log = logging.getLogger("model_server")
 
@@ -112,13 +113,14 @@ def serve_connection(
     session = Session(policy, token, reply_token, shm_limit)
     early = EarlyReply(conn, limit)
     session.reply_early = early.send
+    spin = Spin(knobs.get_int("WIRE_SPIN_US"))
     hello_by = None if hello_timeout_s is None else time.monotonic() + hello_timeout_s
     peer = _peer(conn)
     reservation: Reservation | None = None
     try:
         while True:
             try:
-                body, reservation = next_request(conn, session, limit, budget, hello_by)
+                body, reservation = next_request(conn, session, limit, budget, hello_by, spin)
             except PeerClosed:
                 return
             except Busy as exc:  # its body was read away: the stream is intact, the request refused

@@ -33,6 +33,7 @@ from harness.wire.readyfile import (
 )
 from harness.wire.shm import SHM_CODEC, SHM_MODES, Offer, same_host
 from harness.wire.shmcodec import ShmCodec
+from harness.wire.spin import DEFAULT_SPIN_US, Spin
 
 DEFAULT_IO_TIMEOUT_S = 600.0
 
@@ -51,6 +52,7 @@ class PolicyClient:
         codec: str = "msgpack",
         max_frame: int = DEFAULT_MAX_FRAME,
         shm: str = "auto",
+        spin_us: int = DEFAULT_SPIN_US,
     ) -> None:
         if shm not in SHM_MODES:
             sock.close()
@@ -65,6 +67,7 @@ class PolicyClient:
         self._preferred_codec = codec
         self._max_frame = max_frame
         self._shm = shm
+        self._spin = Spin(spin_us)  # polls for a reply that comes within spin_us (WIRE_SPIN_US)
         self.server_spec: dict[str, Any] = {}
 
     @classmethod
@@ -81,7 +84,7 @@ class PolicyClient:
 
         `host` (MODEL_SERVER_HOST), when given, overrides the host in the file (cross-node setups);
         otherwise a server on this host is dialled on its Unix socket unless `unix` (WIRE_UNIX) is
-        "0", over TCP when that fails. `options` (codec, max_frame, shm) go to the constructor.
+        "0", over TCP when that fails. `options` (codec, max_frame, shm, spin_us) go to the constructor.
         """
         if unix not in UNIX_MODES:
             raise WireError(f"WIRE_UNIX={unix!r}: expected one of {', '.join(UNIX_MODES)}")
@@ -149,7 +152,8 @@ class PolicyClient:
     def _call(self, msg: dict[str, Any], codec: Codec | None = None) -> dict[str, Any]:
         codec = codec or self._codec
         send_frame(self._sock, codec.encode(msg), self._max_frame)
-        return protocol.check_reply(codec.decode(recv_frame(self._sock, self._max_frame)), msg["type"])
+        body = recv_frame(self._sock, self._max_frame, spin=self._spin)
+        return protocol.check_reply(codec.decode(body), msg["type"])
 
     def hello(self, client_spec: dict[str, Any]) -> dict[str, Any]:
         """Agree on protocol version and codec, exchange specs; returns the server's spec.

@@ -18,6 +18,7 @@ import struct
 import time
 
 from harness.wire.errors import PeerClosed, WireError
+from harness.wire.spin import Spin
 
 _HEADER = struct.Struct(">I")
 DEFAULT_MAX_FRAME = 64 << 20  # the WIRE_MAX_FRAME knob's default; each side passes its own limit
@@ -78,24 +79,32 @@ def recv_frame(
     *,
     deadline: float | None = None,
     limit_name: str = "WIRE_MAX_FRAME",
+    spin: Spin | None = None,
 ) -> bytearray:
     """Receive one frame body. Raises PeerClosed on EOF, WireError on an oversize length or timeout.
 
     `body_timeout_s` bounds the whole rest of a frame once its header arrived (a peer that stalls
     or trickles mid-frame), independently of how long the socket may sit idle between frames.
     `deadline` (a `time.monotonic()` value) bounds the whole frame, the wait for its header
-    included. `limit_name` says in the error where the limit comes from.
+    included. `limit_name` says in the error where the limit comes from. `spin` polls for the
+    header first while the peer is quick (`harness.wire.spin`).
     """
-    size = recv_header(sock, limit, deadline=deadline, limit_name=limit_name)
+    size = recv_header(sock, limit, deadline=deadline, limit_name=limit_name, spin=spin)
     return recv_body(sock, size, body_timeout_s, deadline=deadline)
 
 
 def recv_header(
-    sock: socket.socket, limit: int, *, deadline: float | None = None, limit_name: str = "WIRE_MAX_FRAME"
+    sock: socket.socket,
+    limit: int,
+    *,
+    deadline: float | None = None,
+    limit_name: str = "WIRE_MAX_FRAME",
+    spin: Spin | None = None,
 ) -> int:
     """The announced size of the next frame, refused (WireError) over `limit`: `recv_frame`'s first
     half, for a reader that must decide what the body may cost before reading it."""
-    (size,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size, at_boundary=True, deadline=deadline))
+    header = _recv_exact(sock, _HEADER.size, at_boundary=True, deadline=deadline, spin=spin)
+    (size,) = _HEADER.unpack(header)
     if size > limit:
         raise WireError(f"frame of {size} bytes exceeds the limit of {limit} bytes ({limit_name})")
     return size
@@ -121,7 +130,9 @@ def skip_body(sock: socket.socket, size: int, body_timeout_s: float | None = Non
         size -= piece
 
 
-def _recv_exact(sock: socket.socket, size: int, *, at_boundary: bool, deadline: float | None) -> bytearray:
+def _recv_exact(
+    sock: socket.socket, size: int, *, at_boundary: bool, deadline: float | None, spin: Spin | None = None
+) -> bytearray:
     """`size` bytes; within `deadline` by setting the socket's timeout to what is left of it before
     each recv, and putting the socket's own timeout back after, only if one was set."""
     buf = bytearray(min(size, FIRST_READ))
@@ -130,6 +141,8 @@ def _recv_exact(sock: socket.socket, size: int, *, at_boundary: bool, deadline: 
     try:
         if not at_boundary:
             got = _read_ready(sock, buf)
+        elif spin is not None:
+            got = spin.read(sock, buf)
         while got < size:
             if got == len(buf):  # full: grow with what arrived, never straight to the announced size
                 grown = bytearray(min(size, GROWTH * got))
@@ -146,6 +159,8 @@ def _recv_exact(sock: socket.socket, size: int, *, at_boundary: bool, deadline: 
                 where = "between frames" if at_boundary and got == 0 else f"mid-frame ({got}/{size} bytes)"
                 raise PeerClosed(f"peer closed the connection {where}")
             got += n
+        if spin is not None:
+            spin.arrived()
     except TimeoutError:
         raise WireError(f"timed out reading a frame ({got}/{size} bytes)") from None
     except ConnectionError as exc:

@@ -1,0 +1,145 @@
+"""Polling for the next frame (harness.wire.spin): only while the peer is quick, never for long."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from harness.model.inflight import InflightBudget
+from harness.model.policyload import load_policy
+from harness.model.requests import next_request
+from harness.model.session import Session
+from harness.wire.errors import PeerClosed
+from harness.wire.frames import recv_frame
+from harness.wire.spin import Spin
+
+
+class Counting(socket.socket):
+    """A socket that counts its blocking reads (each a sleep until the peer's write wakes it)."""
+
+    recvs = 0
+
+    def recv_into(self, *args, **kwargs) -> int:  # type: ignore[override]
+        self.recvs += 1
+        return super().recv_into(*args, **kwargs)
+
+
+class CountingSpin(Spin):
+    reads = 0
+
+    def read(self, sock: socket.socket, buf: bytearray) -> int:
+        self.reads += 1
+        return super().read(sock, buf)
+
+
+@pytest.fixture
+def pair():
+    a, b = socket.socketpair()
+    counted = Counting(fileno=b.detach())
+    counted.settimeout(10.0)
+    yield a, counted
+    a.close()
+    counted.close()
+
+
+def frame(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+def send_later(sock: socket.socket, data: bytes, delay_s: float) -> threading.Thread:
+    thread = threading.Thread(target=lambda: (time.sleep(delay_s), sock.sendall(data)))
+    thread.start()
+    return thread
+
+
+def test_a_frame_that_comes_within_the_budget_is_read_without_a_blocking_recv(pair) -> None:
+    a, b = pair
+    spin = Spin(budget_us=2_000_000)  # generous: the writer thread must be scheduled within it
+    later = send_later(a, frame(b"x" * 100), 0.01)
+    assert recv_frame(b, spin=spin) == b"x" * 100
+    later.join()
+    assert b.recvs == 0  # the header came while polling; its body came with it
+    assert spin.last_wait_s < 2 and spin.polls
+
+
+def test_without_a_spin_the_same_frame_is_a_blocking_recv(pair) -> None:
+    a, b = pair
+    later = send_later(a, frame(b"x" * 100), 0.01)
+    assert recv_frame(b) == b"x" * 100
+    later.join()
+    assert b.recvs == 1
+
+
+def test_a_slow_peer_is_not_polled_for_until_it_is_quick_again(pair) -> None:
+    a, b = pair
+    spin = CountingSpin(budget_us=1000)
+    later = send_later(a, frame(b"slow"), 0.2)  # a model call: far beyond the 1 ms budget
+    assert recv_frame(b, spin=spin) == b"slow"
+    later.join()
+    assert b.recvs == 1 and spin.last_wait_s >= 0.2 and not spin.polls
+
+    cpu = time.thread_time()
+    later = send_later(a, frame(b"slow again"), 0.3)
+    assert recv_frame(b, spin=spin) == b"slow again"
+    later.join()
+    assert time.thread_time() - cpu < 0.05  # slept in recv, not polled for 0.3 s
+    assert b.recvs == 2
+
+    a.sendall(frame(b"quick"))  # already there: the blocking read takes it at once, and it is timed
+    assert recv_frame(b, spin=spin) == b"quick"
+    assert spin.polls
+    a.sendall(frame(b"polled"))
+    assert recv_frame(b, spin=spin) == b"polled"
+    assert b.recvs == 3  # the last frame came while polling
+
+
+def test_a_budget_of_zero_never_polls(pair) -> None:
+    a, b = pair
+    spin = Spin(budget_us=0)
+    a.sendall(frame(b"one"))
+    assert recv_frame(b, spin=spin) == b"one"
+    assert not spin.polls and b.recvs == 1
+
+
+def test_a_negative_budget_is_refused_naming_the_knob() -> None:
+    with pytest.raises(ValueError, match="WIRE_SPIN_US=-1"):
+        Spin(budget_us=-1)
+
+
+def test_a_peer_that_closes_while_polled_for_is_seen_closing(pair) -> None:
+    a, b = pair
+    spin = Spin(budget_us=2_000_000)
+    a.close()
+    with pytest.raises(PeerClosed, match="peer closed the connection between frames"):
+        recv_frame(b, spin=spin)
+
+
+def test_a_server_session_polls_only_while_no_other_session_of_its_batcher_is_active(pair) -> None:
+    """Sessions sharing a process would poll each other off its cores and its GIL."""
+    a, b = pair
+    policy = load_policy("hold")
+    session = Session(policy, None, None)
+    budget = InflightBudget(1 << 20)
+    spin = CountingSpin(budget_us=1000)
+    a.sendall(frame(b"{}"))
+    body, reservation = next_request(b, session, 1 << 20, budget, None, spin)
+    reservation.release()
+    assert bytes(body) == b"{}" and spin.reads == 1
+
+    other = Session(policy, None, None)
+    a.sendall(frame(b"{}"))
+    body, reservation = next_request(b, session, 1 << 20, budget, None, spin)
+    reservation.release()
+    assert spin.reads == 2  # a session that has started no episode is not waited on
+
+    policy.batcher.start_episode(other.member)
+    a.sendall(frame(b"{}"))
+    body, reservation = next_request(b, session, 1 << 20, budget, None, spin)
+    reservation.release()
+    assert bytes(body) == b"{}" and spin.reads == 2  # another session in an episode: a blocking read
+    other.close()
+    session.close()
