@@ -35,25 +35,58 @@ class ReferencePolicy:
             self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         except Exception as exc:
             raise ValueError(f"{path / 'tokenizer.json'}: cannot load the tokenizer: {exc}") from None
-        self.model = AutoModel.from_pretrained(str(path), local_files_only=True).eval()
+        self.device = pick_device(str(usr_args.get("device", "auto")))
+        self.model = AutoModel.from_pretrained(str(path), local_files_only=True).eval().to(self.device)
         self.image_res = int(self.model.config.image_res)
 
     @torch.no_grad()
     def generate_actions(
-        self, instruction: str, pixel_values: torch.Tensor, proprio: torch.Tensor, goal: torch.Tensor
+        self,
+        instruction: str | list[str],
+        pixel_values: torch.Tensor,
+        proprio: torch.Tensor,
+        goal: torch.Tensor,
+        rng_seeds: list[int] | None = None,
     ) -> torch.Tensor:
-        """[1, num_actions, action_dim] absolute ee6d (+ noise_std · N(0, 1), seeded by the server)."""
-        tokens = self.tokenizer(
-            [instruction], return_tensors="pt", truncation=True, max_length=self.model.config.max_text_len
-        )
-        image = torch.from_numpy(downsample(pixel_values[0].numpy(), self.image_res)).permute(2, 0, 1)
+        """[B, num_actions, action_dim] absolute ee6d for B observations: one, or (with `max_batch`
+        set) the up to max_batch the server collated. noise_std > 0 adds noise_std · N(0, 1), drawn
+        per request from its `rng_seeds` entry when batched, else from the RNG the server seeded."""
+        texts = [instruction] if isinstance(instruction, str) else list(instruction)
+        limit = self.model.config.max_text_len
+        tokens = self.tokenizer(texts, return_tensors="pt", padding=True, truncation=True, max_length=limit)
+        images = [downsample(row.numpy(), self.image_res) for row in pixel_values]
+        pixels = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).to(self.device)
         actions = self.model.predict_actions(
-            pixel_values=image[None].float() / 255.0, input_ids=tokens["input_ids"],
-            attention_mask=tokens["attention_mask"], proprio=proprio, goal=goal,
-        )  # fmt: skip
+            pixel_values=pixels.float() / 255.0, input_ids=tokens["input_ids"].to(self.device),
+            attention_mask=tokens["attention_mask"].to(self.device), proprio=proprio.to(self.device),
+            goal=goal.to(self.device),
+        ).cpu()  # fmt: skip
         if self.noise_std > 0:
-            actions = actions + self.noise_std * torch.randn(actions.shape)
+            actions = actions + self.noise_std * noise(actions.shape, rng_seeds)
         return actions
+
+
+def pick_device(device: str) -> torch.device:
+    """The `device` setting: auto (the GPU a worker was given, else the CPU), cpu, or cuda[:n]."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        chosen = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"reference: setting 'device' is auto, cpu or cuda[:n], not {device!r}") from None
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"reference: device {device!r} asked for, but torch sees no CUDA GPU")
+    return chosen
+
+
+def noise(shape: torch.Size, rng_seeds: list[int] | None) -> torch.Tensor:
+    """N(0, 1) of `shape`: the global RNG's draw (one request, seeded by the server), or one
+    generator per request seeded from `rng_seeds`, which draws what the global RNG seeded with the
+    same seed would: a request's noise never depends on what it was batched with."""
+    if rng_seeds is None:
+        return torch.randn(shape)
+    rows = [torch.randn(shape[1:], generator=torch.Generator().manual_seed(seed)) for seed in rng_seeds]
+    return torch.stack(rows)
 
 
 def check_checkpoint(path: Path, action_dim: int, num_actions: int) -> None:
