@@ -43,11 +43,15 @@ def model_python() -> str:
     return python if Path(python).exists() else sys.executable
 
 
-def torch_devices(python: str) -> str:
-    probe = "import torch; n = torch.cuda.device_count(); print(torch.__version__, n, " \
-            "[torch.cuda.get_device_name(i) for i in range(n)])"  # fmt: skip
+def torch_devices(python: str) -> tuple[int, str]:
+    """(CUDA GPUs torch sees in the model env, a line saying which), or (0, why not)."""
+    probe = "import torch; n = torch.cuda.device_count(); print(n, f'torch {torch.__version__}:', n, " \
+            "'CUDA GPU(s)', [torch.cuda.get_device_name(i) for i in range(n)])"  # fmt: skip
     done = subprocess.run([python, "-c", probe], capture_output=True, text=True)
-    return done.stdout.strip() or done.stderr.strip()[-300:]
+    if done.returncode != 0:
+        return 0, f"cannot import torch: {done.stderr.strip()[-300:]}"
+    count, _, line = done.stdout.strip().partition(" ")
+    return int(count), line
 
 
 def start_reference(
@@ -80,6 +84,7 @@ def reference_batching(device: str, seconds: float) -> dict[str, dict[int, tuple
                     mean_b = (after["items"] - before["items"]) / calls
                     call_ms = 1000 * (after["busy_s"] - before["busy_s"]) / calls
                     figures.setdefault(name, {})[k] = (rate, mean_b, call_ms)
+                    print(f"{name:<12}{k:>3}{rate:9.1f}{mean_b:8.2f}{call_ms:9.1f}", flush=True)
         except Exception:
             for name in servers:
                 log = Path(tmp) / f"{name}.log"
@@ -97,18 +102,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda", help="the reference policy's device: cuda (default), cpu")
     p.add_argument("--seconds", type=float, default=5.0, help="measured window per configuration (default 5)")
     args = p.parse_args(argv)
+    if args.seconds <= 0:
+        p.error("--seconds must be > 0")
     resources = detect()
     sizing = size_node(resources)
     print(f"node {sizing.why}", flush=True)
     python = model_python()
-    print(f"torch in {python}: {torch_devices(python)}", flush=True)
+    gpus, seen = torch_devices(python)
+    print(f"{python}: {seen}", flush=True)
+    if args.device.startswith("cuda") and gpus == 0:
+        p.error(f"torch in {python} sees no CUDA GPU; --device cpu runs the check on the CPU (a dry run)")
 
+    print(f"reference policy on {args.device}:", flush=True)
+    print(f"{'server':<12}{'K':>3}{'obs/s':>9}{'mean B':>8}{'call ms':>9}", flush=True)
     figures = reference_batching(args.device, args.seconds)
-    print(f"reference policy on {args.device}:")
-    print(f"{'server':<12}{'K':>3}{'obs/s':>9}{'mean B':>8}{'call ms':>9}")
-    for name, by_k in figures.items():
-        for k, (rate, mean_b, call_ms) in by_k.items():
-            print(f"{name:<12}{k:>3}{rate:9.1f}{mean_b:8.2f}{call_ms:9.1f}")
     k1, k8 = figures["batched"][1][0], figures["batched"][8][0]
     speedup = k8 / figures["unbatched"][8][0]
 
