@@ -60,6 +60,10 @@ class ServerClock:
         try:
             os.utime(fd, None)  # by fd: a sweeper that unlinked the name meanwhile costs nothing
             return os.fstat(fd).st_mtime
+        except OSError as exc:  # on NFS, ESTALE: another client removed the probe after our open
+            if not lost_errno(exc):
+                raise
+            return time.time()
         finally:
             os.close(fd)
             with contextlib.suppress(OSError):
@@ -224,7 +228,8 @@ def _maker(rest: str, parts: int) -> list[str]:
 
 def _mtime(*paths: Path) -> float:
     """The server mtime of the first of `paths` that exists, read fresh (open + fstat); +inf if none
-    does (gone meanwhile: nothing to sweep)."""
+    does (gone meanwhile: nothing to sweep). On NFS a file another client removes after our open
+    fails the fstat itself, with ESTALE: gone too."""
     for path in paths:
         try:
             fd = os.open(path, os.O_RDONLY)
@@ -232,6 +237,9 @@ def _mtime(*paths: Path) -> float:
             continue
         try:
             return os.fstat(fd).st_mtime
+        except OSError as exc:
+            if not lost_errno(exc):
+                raise
         finally:
             os.close(fd)
     return math.inf

@@ -94,3 +94,42 @@ def test_this_namespaces_dead_claims_still_go_at_once(tmp_path: Path) -> None:
     (tmp_path / name / "owner.abc.0").write_text("{}")
     reaper.sweep_tombs(tmp_path, os.listdir(tmp_path), max_age_s=60.0)
     assert os.listdir(tmp_path) == []
+
+
+def test_a_claim_removed_by_another_nfs_client_after_its_open_is_not_swept_and_raises_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On NFS, a file another client removes between our open and our fstat fails the fstat with
+    ESTALE: the sweep must take it as gone (the NFS chaos test saw a worker exit 1 on it)."""
+    import errno
+
+    name = f"{reaper.CLAIM_PREFIX}otherhost.{owner.namespace_tag()}.123.abc"
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "owner.abc.0").write_text("{}")
+    real_fstat = os.fstat
+
+    def stale(fd: int) -> os.stat_result:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("owner.abc.0"):
+            raise OSError(errno.ESTALE, "Stale file handle")
+        return real_fstat(fd)
+
+    monkeypatch.setattr(reaper.os, "fstat", stale)
+    reaper.sweep_tombs(tmp_path, os.listdir(tmp_path), max_age_s=60.0)
+    assert (tmp_path / name).exists()  # its age unknown: nothing swept
+
+
+def test_a_probe_removed_by_another_nfs_client_gives_the_local_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    real_fstat = os.fstat
+
+    def stale(fd: int) -> os.stat_result:
+        if reaper.PROBE_PREFIX in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ESTALE, "Stale file handle")
+        return real_fstat(fd)
+
+    monkeypatch.setattr(reaper.os, "fstat", stale)
+    before = time.time()
+    assert before <= reaper.ServerClock(tmp_path).now() <= time.time()
