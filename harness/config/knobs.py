@@ -190,9 +190,8 @@ KNOBS: dict[str, Knob] = {
         Knob("WIRE_UNIX", "auto",
              "auto (a client on the model server's host dials its Unix socket, TCP if that fails) or 0 "
              "(TCP only, both ends)", False, accepts=choice(*UNIX_MODES)),
-        Knob("WIRE_SPIN_US", str(DEFAULT_SPIN_US),
-             "µs a reader polls for the next frame before it sleeps, while its peer answers within that "
-             "(0: never poll)", False, accepts=integer(0)),
+        Knob("WIRE_SPIN_US", str(DEFAULT_SPIN_US), "µs a reader polls for a quick peer's next frame before "
+             "it sleeps (0: never)", False, accepts=integer(0)),
         # model server memory (harness.model.inflight)
         Knob("MODEL_SERVER_INFLIGHT_BYTES", str(DEFAULT_MAX_FRAME),
              "request bytes a model server's connections hold at once (frames over 256 KiB, shared-memory "

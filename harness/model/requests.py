@@ -47,7 +47,8 @@ def next_request(
     """
     bound, name = frame_bound(session, limit, budget)
     deadline = None if session.greeted else hello_by
-    spin = spin if session.policy.batcher.alone(session.member) else None
+    if spin is not None and not session.policy.batcher.alone(session.member):
+        spin = None
     size = recv_header(conn, bound, deadline=deadline, limit_name=name, spin=spin)
     try:
         reservation = budget.reserve(size)

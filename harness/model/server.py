@@ -113,7 +113,8 @@ def serve_connection(
     session = Session(policy, token, reply_token, shm_limit)
     early = EarlyReply(conn, limit)
     session.reply_early = early.send
-    spin = Spin(knobs.get_int("WIRE_SPIN_US"))
+    spin_us = knobs.get_int("WIRE_SPIN_US")
+    spin = Spin(spin_us) if spin_us else None  # None: no batcher lookup per request either
     hello_by = None if hello_timeout_s is None else time.monotonic() + hello_timeout_s
     peer = _peer(conn)
     reservation: Reservation | None = None
