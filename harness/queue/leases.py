@@ -48,12 +48,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.queue import reaper
+from harness.queue.beacon import Beacon
 from harness.queue.lease import Heartbeat, Lease, write_once
 from harness.queue.listing import CRASH, DONE, scan
 from harness.queue.owner import namespace_tag, owner_record
 from harness.queue.units import Unit
 
 IDLE_S = 0.25  # first wait when every pending unit is leased; doubles up to HEARTBEAT_S
+# (cut short when a worker on this node finishes or releases a unit: harness.queue.beacon)
 MAX_MISSES = 8  # failed claims in a row before the candidate list is re-listed
 
 
@@ -90,6 +92,7 @@ class LeaseQueue:
         self.heartbeat = Heartbeat(settings.heartbeat_s)
         self.judge = reaper.Judge(self.ttl, settings.skew_s)
         self.clock = reaper.ServerClock(self.root)
+        self.beacon = Beacon(self.root)
         self.rng = rng or random.Random(f"{worker_id}.{os.getpid()}.{time.time_ns()}")
         self.finished: set[str] = set()  # done or quarantined: never tried again
         self.crashes: dict[str, int] = {}
@@ -123,7 +126,7 @@ class LeaseQueue:
                 if not self._candidates:
                     if not self.reap_pass():
                         self.close()  # no staged claim ages while idle: its age says its owner lives
-                        time.sleep(self._idle_s)
+                        self.beacon.wait(self._idle_s)
                         self._idle_s = min(self._idle_s * 2, self.heartbeat.interval)
                     continue
             elif time.monotonic() - self._last_reap > self.ttl / 2:
@@ -247,6 +250,7 @@ class LeaseQueue:
         ok = lease.finish(done)
         if ok and done:
             self.finished.add(lease.unit.key)
+        self.beacon.ring()
         return ok
 
     def release_errored(self, lease: Lease, error: str) -> bool:
@@ -263,4 +267,5 @@ class LeaseQueue:
             self.finished.add(key)
         else:
             lease.finish(done=False)
+        self.beacon.ring()
         return self.quarantined(key)
