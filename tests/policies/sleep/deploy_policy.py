@@ -1,10 +1,11 @@
 """Test double: a policy that only sleeps (load_s once, infer_ms + per_item_ms · B per batch of B
 requests) and returns zeros, so queue and worker tests exercise a real model server without a model.
 
-SLEEP_POLICY_DIE_ONCE=<path>: the first server to load (the one that creates <path>) exits on its
-own as soon as a sim client for it has taken its first job (seen blocked reading its stdin, or
-with the job waiting there, then neither), holding that client stopped for 0.5 s so it dials only
-after the death: the worker checked the server alive, then it died, leaving a stale ready file.
+SLEEP_POLICY_DIE_ONCE=<path>: the first server to load (the one that creates <path>) stops its sim
+client (SIGSTOP) while loading, exits on its own once the worker has written that client its first
+job, and lets the client go on 2 s later, so it reads the job and dials only after the death: the
+worker checked the server alive, then it died, leaving a stale ready file. Stopped before the job
+comes, the client cannot take it unseen (a watcher that polled it running raced a 50 ms unit).
 SLEEP_POLICY_DIE_AT_SEED=<path>:<seed>: the first server to see an observation of <seed> (and create
 <path>) exits there, mid-episode."""
 
@@ -37,20 +38,20 @@ class Sleeper:
         return np.zeros((len(proprio), *self.shape), np.float32)
 
 
-def _exit_once_a_client_has_its_job() -> None:
+def _stop_the_client() -> str:
+    """The pid of this server's sim client (the worker starts it before the server), stopped."""
     ready = sys.argv[sys.argv.index("--ready-file") + 1]
-    pid = None
-    while pid is None:
-        pid = next(iter(_clients(ready)), None)
+    while not (pids := _clients(ready)):
         time.sleep(0.005)
-    waiting = False
-    while True:  # no sleep: the client dials about a millisecond after it reads its job
-        if _reading_stdin(pid) or _stdin_pending(pid):
-            waiting = True
-        elif waiting:
-            os.kill(int(pid), signal.SIGSTOP)
-            subprocess.Popen(["sh", "-c", f"sleep 0.5; kill -CONT {pid}"], start_new_session=True)
-            os._exit(1)
+    os.kill(int(pids[0]), signal.SIGSTOP)
+    return pids[0]
+
+
+def _exit_once_the_client_has_its_job(pid: str) -> None:
+    while not _stdin_pending(pid):
+        time.sleep(0.005)
+    subprocess.Popen(["sh", "-c", f"sleep 2; kill -CONT {pid}"], start_new_session=True)
+    os._exit(1)
 
 
 def _clients(ready: str) -> list[str]:
@@ -65,17 +66,8 @@ def _clients(ready: str) -> list[str]:
     return pids
 
 
-def _reading_stdin(pid: str) -> bool:
-    """The process's main thread is in read(0, ...) (x86-64 syscall 0 on fd 0)."""
-    try:
-        return Path(f"/proc/{pid}/syscall").read_text().split()[:2] == ["0", "0x0"]
-    except OSError:
-        return False
-
-
 def _stdin_pending(pid: str) -> bool:
-    """Bytes wait in the process's stdin pipe: its job came before it first read (its imports were
-    slower than the server's load), so it is never seen blocked reading that job."""
+    """Bytes wait in the process's stdin pipe (it is stopped: nothing reads them)."""
     try:
         fd = os.open(f"/proc/{pid}/fd/0", os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
@@ -97,7 +89,8 @@ def get_model(usr_args: dict[str, Any]) -> Sleeper:
         except FileExistsError:
             pass
         else:
-            threading.Thread(target=_exit_once_a_client_has_its_job, daemon=True).start()
+            pid = _stop_the_client()
+            threading.Thread(target=_exit_once_the_client_has_its_job, args=(pid,), daemon=True).start()
     return Sleeper(usr_args)
 
 
