@@ -4,18 +4,27 @@ The observation is 3 cameras × 224×224×3 uint8 + a 10-D proprio; the reply a 
 (the `hold` policy, so the model costs ~nothing). The server runs in a separate process, as in a
 real worker. Three codecs over TCP loopback: msgpack, our JSON, and the reference JSON+base64 done
 the plain way (stdlib json + base64, str round trips); the same-host shared-memory transport
-(`shm`, harness.wire.shm: arrays through memfd regions, msgpack header on the server's Unix socket,
-harness.wire.local, as a client on its host dials it; `shm_tcp`: the same over TCP; `shm_blocking`:
-the same as `shm` with WIRE_SPIN_US=0 at both ends, so every wait sleeps in recv; each of the three
-with a server of its own, as a worker's sim has) and a plain
-memcpy of the observation's arrays into a buffer (the physical floor), measured in the same run;
-and, on the same payload, the two other ecosystems' protocols over WebSocket: openpi (our server
-in MODEL_SERVER_PROTOCOL=openpi mode, harness.wire.openpi's client) and vla-eval (vla-eval's own
-`serve` with a `hold` PredictModelServer, harness.wire.vlaeval's client). Prints the median and p90
-µs per round trip; the last line is `msgpack_rt_us=<n> json_rt_us=<n> plain_json_rt_us=<n>
-shm_rt_us=<n> shm_tcp_rt_us=<n> shm_blocking_rt_us=<n> memcpy_rt_us=<n> openpi_rt_us=<n>
-vla_eval_rt_us=<n>` followed by the `<name>_p90_us=<n>` of each, then `shm_vs_memcpy=<shm median
-/ memcpy median>`. It prints figures; it does not pass or fail on speed.
+(`shm`, harness.wire.shm: arrays through memfd regions, the server reading the client's lent frames
+as views, msgpack header on the server's Unix socket, harness.wire.local, as a client on its host
+dials it; `shm_tcp`: the same over TCP; `shm_blocking`: the same as `shm` with WIRE_SPIN_US=0 at
+both ends, so every wait sleeps in recv; `shm_one_core`: the same as `shm` with its server on this
+process's core, as on a node where every core runs a sim; each with a server of its own, as a
+worker's sim has), `shm_codec` (both ends' shm codecs in one process, no socket: what of `shm` the
+codec costs) and a plain memcpy of the observation's arrays into a buffer (the physical floor),
+measured in the same run; and, on the same payload, the two other ecosystems' protocols over
+WebSocket: openpi (our server in MODEL_SERVER_PROTOCOL=openpi mode, harness.wire.openpi's client)
+and vla-eval (vla-eval's own `serve` with a `hold` PredictModelServer, harness.wire.vlaeval's
+client).
+
+Where: with two cores or more, this process runs on the first and the servers on the second (but
+`shm_one_core`'s), so each end has a core, as a sim and its model server have on a node with room;
+`--no-pin` leaves that to the kernel, which on an idle 2-core VM tends to wake a server on its
+client's core and keep it there (a socket's wake-up is a synchronous one), so that both ends take
+turns on one core. Prints the placement, then the median and p90 µs per round trip; the last
+line is `msgpack_rt_us=<n> json_rt_us=<n> plain_json_rt_us=<n> shm_rt_us=<n> shm_tcp_rt_us=<n>
+shm_blocking_rt_us=<n> shm_one_core_rt_us=<n> shm_codec_rt_us=<n> memcpy_rt_us=<n>
+openpi_rt_us=<n> vla_eval_rt_us=<n>` followed by the `<name>_p90_us=<n>` of each, then
+`shm_vs_memcpy=<shm median / memcpy median>`. It prints figures; it does not pass or fail on speed.
 """
 
 from __future__ import annotations
@@ -39,10 +48,11 @@ from typing import Any
 import numpy as np
 
 from harness.config import knobs
-from harness.wire import codecs, vlaeval
+from harness.wire import codecs, protocol, vlaeval
 from harness.wire.client import PolicyClient
 from harness.wire.openpi import OpenpiConnection
 from harness.wire.readyfile import wait_ready
+from harness.wire.shm import Offer, accept_offer
 from harness.wire.shmcodec import ShmCodec
 
 BLOCK = 20  # round trips of one codec in a row
@@ -202,6 +212,49 @@ def memcpy_client() -> tuple[Infer, Callable[[], None]]:
     return infer, lambda: None
 
 
+def shm_codec_client() -> tuple[Infer, Callable[[], None]]:
+    """Not a round trip: both ends' shared-memory codecs in this process, no socket, no second
+    process: the codec's share of `shm` (each array copied in and out, skeletons, checks)."""
+    limit = knobs.get_int("WIRE_MAX_FRAME")
+    offer = Offer()
+    request, reply = accept_offer(offer.field, limit)
+    client = ShmCodec(offer.request, offer.reply, limit, lend=True)
+    server = ShmCodec(reply, request, limit)
+    chunk = np.zeros((30, 10), np.float32)
+
+    def infer(obs: dict[str, Any], step: int) -> np.ndarray:
+        server.decode(client.encode(protocol.infer(obs, step)))
+        return client.decode(server.encode({"type": "infer", "actions": chunk}))["actions"]
+
+    def close() -> None:
+        client.close()
+        server.close()
+
+    return infer, close
+
+
+SHM_CLIENTS = ("shm", "shm_tcp", "shm_blocking", "shm_one_core")
+
+
+def placement(pin: bool) -> tuple[int | None, int | None]:
+    """(this process's core, the servers' core): the first two this process may use, pinned now
+    and said; (None, None) when not pinning or with one core."""
+    cores = sorted(os.sched_getaffinity(0))
+    if not pin or len(cores) < 2:
+        print(f"placement: left to the kernel ({len(cores)} cores)")
+        return None, None
+    os.sched_setaffinity(0, {cores[0]})
+    print(f"placement: this process (the clients) on core {cores[0]}, the servers on core {cores[1]}, "
+          f"shm_one_core's server on core {cores[0]}")  # fmt: skip
+    return cores[0], cores[1]
+
+
+def start(flag: list[str], env: dict[str, str], core: int | None) -> subprocess.Popen:
+    """A server process of this script (`flag`: which), on `core` when given."""
+    pin = None if core is None else lambda: os.sched_setaffinity(0, {core})
+    return subprocess.Popen([sys.executable, __file__, *flag], env={**os.environ, **env}, preexec_fn=pin)
+
+
 def p90(values: list[float]) -> float:
     return statistics.quantiles(values, n=10)[-1]
 
@@ -211,6 +264,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--iters", type=int, default=200, help="round trips per codec (default 200)")
+    parser.add_argument(
+        "--no-pin", dest="pin", action="store_false", help="leave each process's core to the kernel"
+    )
     parser.add_argument("--serve", metavar="READY_FILE", help=argparse.SUPPRESS)
     parser.add_argument("--serve-openpi", metavar="READY_FILE", help=argparse.SUPPRESS)
     parser.add_argument("--serve-vla-eval", metavar="PORT", type=int, help=argparse.SUPPRESS)
@@ -222,25 +278,27 @@ def main() -> None:
         else:
             (serve if args.serve else serve_openpi)(args.serve or args.serve_openpi)
         return
+    client_core, server_core = placement(args.pin)
     with tempfile.TemporaryDirectory() as tmp:
         ready, openpi_ready, port = Path(tmp) / "ready.json", Path(tmp) / "openpi.json", free_port()
         # each shared-memory client has a server of its own, as a worker's sim has (the socket
         # codecs share one): a server polls for a session's requests only while it has no other
-        shm_ready = {name: Path(tmp) / f"{name}.json" for name in ("shm", "shm_tcp", "shm_blocking")}
+        shm_ready = {name: Path(tmp) / f"{name}.json" for name in SHM_CLIENTS}
         servers = [
-            subprocess.Popen([sys.executable, __file__, *flag], env={**os.environ, **env})
-            for flag, env in ((["--serve", str(ready)], {}),
-                              (["--serve-openpi", str(openpi_ready)], {}),
-                              (["--serve-vla-eval", str(port)], {}),
-                              (["--serve", str(shm_ready["shm"])], {}),
-                              (["--serve", str(shm_ready["shm_tcp"])], {}),
-                              (["--serve", str(shm_ready["shm_blocking"])], {"WIRE_SPIN_US": "0"}))
-        ]  # fmt: skip
+            start(["--serve", str(ready)], {}, server_core),
+            start(["--serve-openpi", str(openpi_ready)], {}, server_core),
+            start(["--serve-vla-eval", str(port)], {}, server_core),
+        ]
+        for name, path in shm_ready.items():
+            env = {"WIRE_SPIN_US": "0"} if name == "shm_blocking" else {}
+            core = client_core if name == "shm_one_core" else server_core
+            servers.append(start(["--serve", str(path)], env, core))
         try:
             wait_vla_eval(port, servers[2])
             clients = {name: native_client(ready, name) for name in ("msgpack", "json", "plain_json")}
             for name, path in shm_ready.items():
                 clients[name] = native_client(path, name, spin_us=0 if name == "shm_blocking" else None)
+            clients["shm_codec"] = shm_codec_client()
             clients["memcpy"] = memcpy_client()
             clients["openpi"] = openpi_client(openpi_ready)
             clients["vla_eval"] = vla_eval_client(port)

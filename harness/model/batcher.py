@@ -110,6 +110,7 @@ class Batcher:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)  # the leader's: a new arrival or a deadline
         self._members: set[Member] = set()
+        self._active = 0  # how many of them are active (a member never becomes inactive again)
         self._pending: list[_Item] = []
         self._leader: _Item | None = None
         self._running = False  # the leader is in a model call (no one else may start one)
@@ -125,12 +126,20 @@ class Batcher:
         return member
 
     def alone(self, member: Member) -> bool:
-        """Whether no other member is active: `member`'s requests have the batcher to themselves."""
-        with self._lock:
-            return not any(other.active for other in self._members if other is not member)
+        """Whether no other member is active: `member`'s requests have the batcher to themselves
+        (a hint, read without the lock)."""
+        return self._active == (1 if member.active else 0)
+
+    def _activate(self, member: Member) -> None:
+        """`member` may send requests from now on (lock held)."""
+        if not member.active:
+            member.active = True
+            self._active += 1
 
     def leave(self, member: Member) -> None:
         with self._lock:
+            if member in self._members and member.active:
+                self._active -= 1
             self._members.discard(member)
             self._awaited.discard(member)
             self._wake.notify_all()
@@ -138,7 +147,7 @@ class Batcher:
     def start_episode(self, member: Member) -> None:
         """`member` is in an episode from now on (its first request follows its reset's answer)."""
         with self._lock:
-            member.active = True
+            self._activate(member)
             member.answered_at = self.clock()
 
     def stats(self) -> BatchStats:
@@ -155,7 +164,8 @@ class Batcher:
         with self._lock:
             now = self.clock()
             member.think_s += THINK_EMA * (max(0.0, now - member.answered_at) - member.think_s)
-            member.waiting = member.active = True  # a front end without resets is active too
+            member.waiting = True
+            self._activate(member)  # a front end without resets is active too
             item = _Item(member, payload, now, answered)
             self._pending.append(item)
             self._awaited.discard(member)

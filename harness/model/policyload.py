@@ -54,8 +54,8 @@ class SessionState:
 @dataclass
 class Request:
     """One session's infer, as the batcher carries it: the observation, or (batched form) the
-    `encode_obs` output already made in the session's thread; its RNG seed; its session's state
-    (None for a stateless wrapper)."""
+    `encode_obs` output already made in the session's thread; its RNG seed (0 for a batched wrapper
+    that takes no `rng_seeds`: it draws nothing); its session's state (None for a stateless wrapper)."""
 
     obs: dict[str, Any] | None
     inputs: dict[str, Any] | None
@@ -90,6 +90,7 @@ class LoadedPolicy:
         self.stateful = callable(getattr(self.module, "init_state", None))
         params = inspect.signature(self.model.generate_actions).parameters
         self._takes = {name for name in ("rng_seeds", "states") if name in params}
+        self._seeded = not self.batched or "rng_seeds" in self._takes  # does a request need its seed
         self.batcher = Batcher(self._run, self.max_batch if self.batched else 1, self.max_wait_s)
         self._direct = self.batcher.join()  # act() without a session: never waited for
 
@@ -118,8 +119,10 @@ class LoadedPolicy:
         """The action chunk [num_actions, action_dim] float32 for one observation, batched with
         other members' requests. The RNG seed's task and task_config come from obs["episode"].
         `answered` sends the chunk from the thread that ran the call (`Batcher.submit`)."""
-        ep = obs.get("episode") or {}
-        key = rng_seed(str(ep.get("task", "")), str(ep.get("task_config", "")), seed, step)
+        key = 0
+        if self._seeded:
+            ep = obs.get("episode") or {}
+            key = rng_seed(str(ep.get("task", "")), str(ep.get("task_config", "")), seed, step)
         if self.batched:  # encode here, in the session's thread, while the model serves others
             request = Request(None, self._encode(obs, state), key, state)
         else:
@@ -191,6 +194,8 @@ class LoadedPolicy:
             )
         # one copy for all rows: a reply is encoded after the call, when the wrapper may reuse its buffer
         rows = (arr[:1] if batch is None else arr).copy()
+        if np.isfinite(rows).all():  # one reduction for the common case; per row only if not
+            return list(rows)
         finite = np.isfinite(rows).all(axis=(1, 2)).tolist()
         return [
             row if ok else PolicyCallFailed(f"{self.name}.generate_actions returned non-finite actions")

@@ -195,7 +195,7 @@ class PolicyClient:
         protocol.check_specs(spec, client_spec)
         picked = str(reply.get("codec"))
         if offer is not None and picked == SHM_CODEC:
-            return spec, ShmCodec(offer.request, offer.reply, self._max_frame)
+            return spec, ShmCodec(offer.request, offer.reply, self._max_frame, lend=True)
         if self._shm == "1":
             why = reply.get("shm_refused") or "it did not say why"
             raise WireError(f"WIRE_SHM=1 but the model server did not take shared memory: {why}")

@@ -12,12 +12,15 @@ else is a refusal with its reason, and the connection keeps a socket codec. This
 TCP connection both ends already have: no second socket, no SCM_RIGHTS.
 
 A region's writer grows it (ftruncate, then a fresh mapping) when a message does not fit; its
-reader maps the new size when a frame points beyond what it has mapped. What travels through a
-region, and the sequence numbers that guard it, is `harness.wire.shmcodec`'s.
+reader maps the new size when a frame points beyond what it has mapped. A region's first
+TABLE_BYTES hold its writer's release table: which of the frames the writer's peer lent it (read
+as views, `harness.wire.lent`) it views no more. What travels through a region, and the sequence
+numbers that guard it, is `harness.wire.shmcodec`'s.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import ipaddress
 import mmap
@@ -38,7 +41,9 @@ SHM_MODES = ("auto", "0", "1")  # WIRE_SHM: same-host only, never, always (and r
 INITIAL_SIZE = 1 << 20  # a region's first size; memfd pages cost memory only once written
 _NAME = "harness-wire-{nonce}-{role}"
 _NONCE = re.compile(r"[0-9a-f]{32}")
-_SEQ = struct.Struct("<Q")  # the sequence number of the frame a region holds, at its offset 0
+_SEQ = struct.Struct("<Q")  # a frame's sequence number: its stamp, or a release table entry
+RELEASES = 64  # release table entries: frame n's release is noted in entry n % RELEASES
+TABLE_BYTES = RELEASES * _SEQ.size  # the table, at the start of every region; frames come after it
 
 
 class Region:
@@ -58,10 +63,16 @@ class Region:
 
     def _remap(self, size: int) -> None:
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if self.writable else 0)
-        if self._map is not None:
-            self._map.close()
+        self._unmap()
         self._map = mmap.mmap(self.fd, size, mmap.MAP_SHARED, prot)
         self.size = size
+
+    def _unmap(self) -> None:
+        """Drop this mapping: at once, or, while arrays still view it (`view`), with the last of them."""
+        if self._map is not None:
+            with contextlib.suppress(BufferError):
+                self._map.close()
+            self._map = None
 
     def grow(self, needed: int, limit: int) -> None:
         """Writer: make room for `needed` bytes (doubling), never past `limit` (WIRE_MAX_FRAME)."""
@@ -98,13 +109,31 @@ class Region:
         """A copy of the bytes: the writer reuses its region for the next frame."""
         return self._mapped()[offset : offset + nbytes]
 
-    @property
-    def seq(self) -> int:
-        return _SEQ.unpack_from(self._mapped(), 0)[0]
+    def view(self, offset: int, nbytes: int) -> np.ndarray:
+        """The bytes as a uint8 array over the mapping, no copy: the mapping lives while it does."""
+        import numpy as np
 
-    @seq.setter
-    def seq(self, value: int) -> None:
-        _SEQ.pack_into(self._mapped(), 0, value)
+        return np.frombuffer(self._mapped(), np.uint8, nbytes, offset)
+
+    def stamp(self, offset: int) -> int:
+        """The sequence number stamped at a frame's start."""
+        return _SEQ.unpack_from(self._mapped(), offset)[0]
+
+    def set_stamp(self, offset: int, seq: int) -> None:
+        _SEQ.pack_into(self._mapped(), offset, seq)
+
+    def note_release(self, seq: int) -> None:
+        """Writer of this region, as reader of the other: the frame `seq` it was lent is viewed no
+        more. Called by a finalizer in whichever thread dropped the last view; a closed region
+        (the connection is gone) takes no note."""
+        mapped = self._map
+        if mapped is not None:
+            with contextlib.suppress(ValueError):  # closed by another thread meanwhile
+                _SEQ.pack_into(mapped, seq % RELEASES * _SEQ.size, seq)
+
+    def released(self, seq: int) -> bool:
+        """Reader of this region: whether its writer noted the frame `seq` it was lent as released."""
+        return _SEQ.unpack_from(self._mapped(), seq % RELEASES * _SEQ.size)[0] == seq
 
     def _mapped(self) -> mmap.mmap:
         if self._map is None:
@@ -115,9 +144,7 @@ class Region:
         """Unmap and close; idempotent (the kernel frees the memfd once both ends did, or died)."""
         if self.fd < 0:
             return
-        if self._map is not None:
-            self._map.close()
-            self._map = None
+        self._unmap()
         os.close(self.fd)
         self.fd = -1
 

@@ -30,6 +30,7 @@ from harness.wire.client import PolicyClient
 from harness.wire.codecs import JsonCodec
 from harness.wire.errors import WireError
 from harness.wire.frames import DEFAULT_MAX_FRAME, recv_frame
+from harness.wire.lent import DATA_START
 from harness.wire.readyfile import read_ready
 from harness.wire.shm import Offer, accept_offer
 from harness.wire.shmcodec import HEADER, ShmCodec, array_ext
@@ -237,21 +238,22 @@ def _infers(sock: socket.socket, extra_bytes: int) -> bool:
 
 
 def test_shared_memory_arrays_may_not_copy_more_than_the_limit_out_of_a_region() -> None:
-    """Six half-MiB arrays: a frame of a 1 MiB limit must not turn into 3 MiB of copies."""
+    """Six half-MiB arrays: a frame of a 1 MiB limit must not turn into 3 MiB of copies (or views)."""
     offer = Offer()
     request, reply = accept_offer(offer.field, 1 << 20)
     server = ShmCodec(reply, request, 1 << 20)
     try:
-        offer.request.seq = 1
+        offer.request.set_stamp(DATA_START, 1)
         where = array_ext("|u1", (1 << 19,))
         skeleton = msgpack.packb({"type": "infer", "step": 0, "obs": {"a": [where] * 6}})
-        body = HEADER.pack(1, 6 << 19) + skeleton
-        with pytest.raises(WireError, match=f"total {6 << 19} bytes, more than the limit"):
-            server.array_bytes(body)  # what the server would reserve before copying: refused
-        with pytest.raises(WireError, match="more than the limit of 1048576 bytes"):
-            server.decode(body)
-        with pytest.raises(WireError, match="copy more than the 524288 bytes its header says"):
-            server.decode(HEADER.pack(1, 1 << 19) + skeleton)  # a header within it must hold
+        for lent in (False, True):
+            body = HEADER.pack(1, DATA_START, 6 << 19, lent) + skeleton
+            with pytest.raises(WireError, match=f"frame of {6 << 19} bytes, more than the limit"):
+                server.array_bytes(body)  # what the server would reserve before copying: refused
+            with pytest.raises(WireError, match="more than the limit of 1048576 bytes"):
+                server.decode(body)
+            with pytest.raises(WireError, match="arrays pass the end of the frame"):
+                server.decode(HEADER.pack(1, DATA_START, (1 << 19) + 64, lent) + skeleton)  # within it
     finally:
         server.close()
         offer.close()

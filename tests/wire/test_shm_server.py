@@ -69,6 +69,23 @@ def test_results_match_the_socket_codec(tmp_path: Path) -> None:
             np.testing.assert_array_equal(a, b)
 
 
+def test_a_policy_that_keeps_its_observations_answers_as_over_the_socket(tmp_path: Path) -> None:
+    """The server reads lent observations as views of the client's region: a policy that keeps the
+    arrays it was given (a frame stack of 5) must see them unchanged however many frames follow,
+    so its answers are those it gives over the socket, step by step, and the region stays small."""
+    framestack = str(REPO / "tests" / "policies" / "framestack")
+    with running_server(tmp_path, framestack) as server:
+        answers = {}
+        for shm in ("1", "0"):
+            with connect(server.ready_file, shm) as client:
+                assert isinstance(client._codec, ShmCodec) == (shm == "1")
+                answers[shm] = [float(client.infer(obs(float(s), size=64), s)[0, 0]) for s in range(30)]
+                if shm == "1":
+                    assert os.fstat(client._codec._out.fd).st_size <= INITIAL_SIZE  # 3 frames of ~12 KB
+    assert answers["1"] == answers["0"]
+    assert len(set(answers["1"])) == 30  # each answer counts what the stack holds: all differ
+
+
 def test_a_server_with_shm_off_refuses_and_the_client_falls_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
