@@ -35,7 +35,7 @@ THINK_EMA = 0.5  # weight of the newest think time in a member's estimate
 STATS_LOG_EVERY_S = 60.0  # batch statistics go to the log at most this often (and at shutdown)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Member:
     """One session's standing with the batcher (see the module docstring for how it is used)."""
 
@@ -48,7 +48,7 @@ class Member:
         return self.answered_at + self.think_s
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Item:
     member: Member
     payload: Any

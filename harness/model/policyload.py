@@ -51,7 +51,7 @@ class SessionState:
     value: Any
 
 
-@dataclass
+@dataclass(slots=True)
 class Request:
     """One session's infer, as the batcher carries it: the observation, or (batched form) the
     `encode_obs` output already made in the session's thread; its RNG seed (0 for a batched wrapper

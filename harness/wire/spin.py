@@ -6,7 +6,7 @@ two per round trip: more than half of a shared-memory round trip. A reader that 
 instead sees the frame as soon as it is written (a loopback ping-pong here: 60 µs blocking, 6 µs
 polling).
 
-So a `Spin` polls the socket with non-blocking reads for up to `budget_s` before the caller's
+So a `Spin` polls the socket (poll(2), no timeout, then one read) for up to `budget_s` before the caller's
 blocking read, but only while the peer is quick: each wait is timed, and a reader whose last wait
 was longer than the budget (a model call, a sim's step) goes straight to the blocking read and
 burns no CPU, until a wait is short again. Between reads it yields the core (sched_yield), so a
@@ -16,8 +16,10 @@ runnable peer on the same core goes first. WIRE_SPIN_US sets the budget; 0 never
 from __future__ import annotations
 
 import os
+import select
 import socket
 import time
+from collections.abc import Callable
 
 DEFAULT_SPIN_US = 100  # the WIRE_SPIN_US knob's default
 
@@ -31,6 +33,8 @@ class Spin:
         self.budget_s = budget_us / 1e6
         self.last_wait_s = 0.0  # the first wait polls
         self._waiting_since: float | None = None
+        self._fd = -1  # the descriptor `_poll` polls
+        self._poll: Callable[[int], list[tuple[int, int]]] | None = None
 
     @property
     def polls(self) -> bool:
@@ -45,16 +49,27 @@ class Spin:
         if not self.polls or sock.gettimeout() is None:  # a blocking socket cannot be polled
             return 0
         fd, end = sock.fileno(), start + self.budget_s
+        ready = self._poller(fd)
         while True:
-            try:
-                got = os.readv(fd, [buf])
-            except (BlockingIOError, InterruptedError):
-                if time.perf_counter() >= end:
-                    return 0
-                os.sched_yield()
-                continue
-            self.arrived()
-            return got
+            if ready(0):  # an empty socket costs no exception raised and caught: half a readv's cost
+                try:
+                    got = os.readv(fd, [buf])
+                except (BlockingIOError, InterruptedError):
+                    got = -1
+                if got >= 0:  # bytes, or EOF
+                    self.arrived()
+                    return got
+            if time.perf_counter() >= end:
+                return 0
+            os.sched_yield()
+
+    def _poller(self, fd: int) -> Callable[[int], list[tuple[int, int]]]:
+        """`poll` over `fd` alone (made once per descriptor: a connection keeps its own)."""
+        if self._poll is None or self._fd != fd:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            self._fd, self._poll = fd, poller.poll
+        return self._poll
 
     def arrived(self) -> None:
         """The frame the last `read` waited for is here: its wait is timed."""
