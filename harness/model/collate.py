@@ -33,12 +33,18 @@ def collate(inputs: list[dict[str, Any]], policy: str) -> dict[str, Any]:
 
 def _join(key: str, values: list[Any], policy: str) -> Any:
     torch = sys.modules.get("torch")
+    if len(values) == 1:  # a batch of one: nothing to join, only its batch axis to check
+        (value,) = values
+        if not (isinstance(value, np.ndarray) or (torch is not None and isinstance(value, torch.Tensor))):
+            return values
+        _same_rows(key, [tuple(value.shape)], policy)
+        return value
     if all(isinstance(v, np.ndarray) for v in values):
         _same_rows(key, [v.shape for v in values], policy)
-        return values[0] if len(values) == 1 else np.concatenate(values, axis=0)
+        return np.concatenate(values, axis=0)
     if torch is not None and all(isinstance(v, torch.Tensor) for v in values):
         _same_rows(key, [tuple(v.shape) for v in values], policy)
-        return values[0] if len(values) == 1 else torch.cat(values, dim=0)
+        return torch.cat(values, dim=0)
     return list(values)
 
 

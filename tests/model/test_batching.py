@@ -332,3 +332,24 @@ def test_a_non_finite_chunk_fails_only_its_request_and_answers_never_alias_the_w
     assert isinstance(bad, PolicyCallFailed) and "non-finite actions" in str(bad)
     policy.model.out[:] = 7  # the wrapper reuses its buffer for its next call
     assert (first == 1).all() and (third == 3).all() and first.shape == (4, 10)
+
+
+def test_huge_finite_actions_are_answered_and_only_non_finite_ones_fail(tmp_path: Path) -> None:
+    """The common case is checked with one reduction over the whole batch: numbers whose squares
+    overflow a float32 are still finite, and only the rows holding an inf or a NaN fail."""
+    wrapper = write_wrapper(
+        tmp_path / "huge",
+        "max_batch: 4\ndeterministic: true\n",
+        "def generate_actions(self, proprio):\n"
+        "        return np.repeat(proprio[:, None, :1], 4, axis=1).repeat(10, axis=2)",
+    )
+    policy = load_policy(wrapper)
+    values = (1e30, np.inf, -3e38, np.nan)
+    requests = [Request(None, {"proprio": np.full((1, 10), v, np.float32)}, 0, None) for v in values]
+    huge, inf, negative, nan = policy._run(requests)
+    assert huge.shape == (4, 10) and (huge == np.float32(1e30)).all()
+    assert (negative == np.float32(-3e38)).all()
+    for bad in (inf, nan):
+        assert isinstance(bad, PolicyCallFailed) and "non-finite actions" in str(bad)
+    (alone,) = policy._run(requests[:1])
+    assert (alone == np.float32(1e30)).all()
