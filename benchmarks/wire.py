@@ -11,10 +11,12 @@ both ends, so every wait sleeps in recv; `shm_one_core`: the same as `shm` with 
 process's core, as on a node where every core runs a sim; each with a server of its own, as a
 worker's sim has), `shm_codec` (both ends' shm codecs in one process, no socket: what of `shm` the
 codec costs) and a plain memcpy of the observation's arrays into a buffer (the physical floor),
-measured in the same run; and, on the same payload, the two other ecosystems' protocols over
-WebSocket: openpi (our server in MODEL_SERVER_PROTOCOL=openpi mode, harness.wire.openpi's client)
-and vla-eval (vla-eval's own `serve` with a `hold` PredictModelServer, harness.wire.vlaeval's
-client).
+measured in the same run, taking turns in blocks; then `shm_back_to_back`: `shm` again, `--iters`
+round trips in a row with nothing between them (the blocks' first round trips run on caches the
+other codecs' allocations have just emptied; a sim between two steps empties them more); and,
+on the same payload, the two other ecosystems' protocols over WebSocket: openpi (our server in
+MODEL_SERVER_PROTOCOL=openpi mode, harness.wire.openpi's client) and vla-eval (vla-eval's own
+`serve` with a `hold` PredictModelServer, harness.wire.vlaeval's client).
 
 Where: with two cores or more, this process runs on the first and the servers on the second (but
 `shm_one_core`'s), so each end has a core, as a sim and its model server have on a node with room;
@@ -23,8 +25,9 @@ client's core and keep it there (a socket's wake-up is a synchronous one), so th
 turns on one core. Prints the placement, then the median and p90 µs per round trip; the last
 line is `msgpack_rt_us=<n> json_rt_us=<n> plain_json_rt_us=<n> shm_rt_us=<n> shm_tcp_rt_us=<n>
 shm_blocking_rt_us=<n> shm_one_core_rt_us=<n> shm_codec_rt_us=<n> memcpy_rt_us=<n>
-openpi_rt_us=<n> vla_eval_rt_us=<n>` followed by the `<name>_p90_us=<n>` of each, then
-`shm_vs_memcpy=<shm median / memcpy median>`. It prints figures; it does not pass or fail on speed.
+openpi_rt_us=<n> vla_eval_rt_us=<n> shm_back_to_back_rt_us=<n>` followed by the `<name>_p90_us=<n>`
+of each, then `shm_vs_memcpy=<shm median / memcpy median> shm_back_to_back_vs_memcpy=<r>`.
+It prints figures; it does not pass or fail on speed.
 """
 
 from __future__ import annotations
@@ -196,6 +199,20 @@ def measure(clients: dict[str, tuple[Infer, Callable[[], None]]], iters: int) ->
     return times
 
 
+def back_to_back(client: tuple[Infer, Callable[[], None]], iters: int) -> list[float]:
+    """µs of each of `iters` round trips in a row after the blocks, nothing else between them: the
+    same codec on caches no other codec has just emptied."""
+    infer, close = client
+    obs, times = observation(), []
+    for step in range(-WARM, iters):
+        start = time.perf_counter()
+        infer(obs, step)
+        if step >= 0:
+            times.append((time.perf_counter() - start) * 1e6)
+    close()
+    return times
+
+
 def memcpy_client() -> tuple[Infer, Callable[[], None]]:
     """Not a round trip: one copy of the observation's arrays into a preallocated buffer."""
     arrays = [*observation()["images"].values(), observation()["proprio"]]
@@ -303,6 +320,7 @@ def main() -> None:
             clients["openpi"] = openpi_client(openpi_ready)
             clients["vla_eval"] = vla_eval_client(port)
             results = measure(clients, args.iters)
+            results["shm_back_to_back"] = back_to_back(native_client(shm_ready["shm"], "shm"), args.iters)
         finally:
             for server in servers:
                 server.terminate()
@@ -310,9 +328,11 @@ def main() -> None:
     for name, us in results.items():
         print(f"{name:>10}: median {statistics.median(us):8.0f} µs, p90 {p90(us):8.0f} µs per round trip")
     medians = " ".join(f"{name}_rt_us={statistics.median(us):.0f}" for name, us in results.items())
+    memcpy = statistics.median(results["memcpy"])
     print(
         medians + " " + " ".join(f"{name}_p90_us={p90(us):.0f}" for name, us in results.items())
-        + f" shm_vs_memcpy={statistics.median(results['shm']) / statistics.median(results['memcpy']):.1f}"
+        + f" shm_vs_memcpy={statistics.median(results['shm']) / memcpy:.1f}"
+        + f" shm_back_to_back_vs_memcpy={statistics.median(results['shm_back_to_back']) / memcpy:.1f}"
     )  # fmt: skip
 
 
