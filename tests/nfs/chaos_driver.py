@@ -301,26 +301,39 @@ def judge(server, env, units, pool, kills, frozen, wall, ends, mnt2_root, logs) 
 
 
 def judge_frozen(server: RunDir, units, frozen: dict[str, Any], raw, logs: Path) -> dict[str, Any]:
-    """What the frozen worker did to the unit it held: who marked it done, and its records of it."""
-    held = {key for key, _generation in frozen.get("held", [])}
-    seeds = {(u.task, u.task_config, s) for u in units if u.key in held for s in u.seeds}
+    """What the frozen worker did to the unit it held: who marked it done under which lease, and its
+    records of it. Once thawed, it may claim the reaped unit afresh (a new lease) and run it: what
+    counts against it is a done mark under the frozen lease, or a record after the reap that
+    comes before its fresh claim."""
+    generations = dict(frozen.get("held", []))
+    seeds = {(u.task, u.task_config, s) for u in units if u.key in generations for s in u.seeds}
     mine = [r for r in raw if r["worker"] == frozen.get("worker") and record_key(r) in seeds]
     reaped = frozen.get("t_reaped")
-    done_by = {}  # the worker whose owner file became the unit's end state
-    for key in held:
+    done_by = {}  # the worker and lease whose owner file became the unit's end state
+    for key in generations:
         names = [n for n in os.listdir(server.leases / key) if n.startswith(("done.", "quarantined."))]
-        done_by[key] = json.loads((server.leases / key / names[0]).read_text())["worker"] if names else None
+        owner = json.loads((server.leases / key / names[0]).read_text()) if names else None
+        done_by[key] = None if owner is None else {k: owner[k] for k in ("worker", "generation")}
     log = logs / f"worker-{frozen.get('worker')}.log"
-    lines = log.read_text().splitlines() if log.exists() else []
+    lines = [line for line in (log.read_text().splitlines() if log.exists() else []) if any(
+        key in line for key in generations)]  # fmt: skip
+    # its fresh claim: the first claim logged after it was thawed (log times are whole seconds, and
+    # a record of the frozen lease could only be committed on thawing, seconds before any claim)
+    thawed = iso(frozen["t_cont"]).split(".")[0] if frozen.get("t_cont") else None
+    claims = [line.split(" ", 1)[0] for line in lines if " claimed:" in line]
+    fresh = next((t for t in claims if thawed and t.split("+")[0] >= thawed), None)
     return {
-        **{k: v for k, v in frozen.items() if k != "held"}, "held": sorted(held), "done_by": done_by,
+        **{k: v for k, v in frozen.items() if k != "held"}, "held": sorted(generations),
+        "held_generations": generations, "done_by": done_by, "fresh_claim": fresh,
         "frozen_s": round((frozen.get("t_cont") or 0) - frozen.get("t_stop", 0), 1),
         "t_reaped_iso": iso(reaped) if reaped else None,
         "records_for_held_unit": [(r["seed"], r["finished_at"], r["error"]) for r in mine],
-        "records_after_reap": [r["finished_at"] for r in mine if reaped and r["finished_at"] > iso(reaped)],
-        "log": [line for line in lines if any(key in line for key in held)][-12:],
+        "records_after_reap": [
+            r["finished_at"] for r in mine
+            if reaped and r["finished_at"] > iso(reaped) and (fresh is None or r["finished_at"] < fresh)
+        ],
+        "log": lines[-12:],
     }  # fmt: skip
-
 
 if __name__ == "__main__":
     main()

@@ -4,8 +4,8 @@ is restarted by one slot's thread, under the other slot's episodes) and sim clie
 frozen (SIGSTOP) past LEASE_TTL while it holds a lease. Afterwards, judged on the server's own
 files: every planned (unit, seed) has exactly one record after dedup and it is a result, no record
 is torn, no unit is lost, only the crashing unit is quarantined, the frozen worker committed
-nothing for the unit it lost (no done mark, no record finished after the reap), and no process of
-the run outlived the workers.
+nothing for the lease it lost (no done mark under it, no record after the reap but those of its own
+fresh claim of the unit once thawed), and no process of the run outlived the workers.
 
 Scale, to fit the guest's one CPU (a sim client costs ~1 s of CPU there to start, and a killed
 worker's next incarnation starts a server and 2 of them): 6 workers (3 a node) of 2 slots, 41 cells
@@ -51,7 +51,8 @@ def test_chaos_on_nfs_every_seed_once_and_the_frozen_worker_commits_nothing(nfs_
         f"wall={f['wall_s']} s\n"
         f"frozen {frozen.get('worker')} for {frozen.get('frozen_s')} s holding {frozen.get('held')} "
         f"(episode of seed {frozen.get('running_seed')} running), "
-        f"done by {frozen.get('done_by')}, its records for that unit {frozen.get('records_for_held_unit')}, "
+        f"done by {frozen.get('done_by')} (its fresh claim: {frozen.get('fresh_claim')}), "
+        f"its records for that unit {frozen.get('records_for_held_unit')}, "
         f"reaped at {frozen.get('t_reaped_iso')}"
     )  # fmt: skip
     assert sum(f["kills"].values()) >= 10
@@ -65,9 +66,11 @@ def test_chaos_on_nfs_every_seed_once_and_the_frozen_worker_commits_nothing(nfs_
     assert f["torn"] == [] and f["bad"] == []
     assert f["lost"] == [] and f["double"] == []
     assert f["check_finished"] == "ok"
-    # The frozen worker: reaped while frozen, its unit finished by another, nothing committed after.
+    # The frozen worker: reaped while frozen, its unit finished under another lease (another
+    # worker's, or its own fresh claim once thawed), nothing committed by the lease it lost.
     assert frozen.get("t_reaped"), f"the frozen worker's lease was never reaped: {frozen}"
     assert frozen["frozen_s"] > float(KNOBS["LEASE_TTL"])
-    assert all(by not in (None, frozen["worker"]) for by in frozen["done_by"].values()), frozen
+    for key, done in frozen["done_by"].items():
+        assert done is not None and done["generation"] != frozen["held_generations"][key], frozen
     assert frozen["records_after_reap"] == [], frozen
     assert f["leftovers"] == [], "processes of the run outlived their workers"
