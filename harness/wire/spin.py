@@ -9,8 +9,12 @@ polling).
 So a `Spin` polls the socket (poll(2), no timeout, then one read) for up to `budget_s` before the caller's
 blocking read, but only while the peer is quick: each wait is timed, and a reader whose last wait
 was longer than the budget (a model call, a sim's step) goes straight to the blocking read and
-burns no CPU, until a wait is short again. Between reads it yields the core (sched_yield), so a
-runnable peer on the same core goes first. WIRE_SPIN_US sets the budget; 0 never polls.
+burns no CPU, until a wait is short again. A blocking wait includes the wake-up, which alone can
+pass the budget here: so a reader that fell back to blocking reads polls one wait in PROBE_EVERY
+anyway, and polls again from then on if that one came within the budget (one budget's CPU per
+PROBE_EVERY slow waits: ~6 µs a wait at the default). Between reads it yields the core
+(sched_yield), so a runnable peer on the same core goes first. WIRE_SPIN_US sets the budget; 0
+never polls.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import time
 from collections.abc import Callable
 
 DEFAULT_SPIN_US = 100  # the WIRE_SPIN_US knob's default
+PROBE_EVERY = 16  # after waits longer than the budget, one in this many polls anyway
 
 
 class Spin:
@@ -32,14 +37,17 @@ class Spin:
             raise ValueError(f"WIRE_SPIN_US={budget_us}: expected an integer >= 0")
         self.budget_s = budget_us / 1e6
         self.last_wait_s = 0.0  # the first wait polls
+        self._unpolled = 0  # waits in a row that went straight to the blocking read
         self._waiting_since: float | None = None
         self._fd = -1  # the descriptor `_poll` polls
         self._poll: Callable[[int], list[tuple[int, int]]] | None = None
 
     @property
     def polls(self) -> bool:
-        """Whether the next wait polls: a budget, and the last wait within it."""
-        return self.budget_s > 0 and self.last_wait_s <= self.budget_s
+        """Whether the next wait polls: a budget, and the last wait within it or a probe due."""
+        return self.budget_s > 0 and (
+            self.last_wait_s <= self.budget_s or self._unpolled >= PROBE_EVERY - 1
+        )
 
     def read(self, sock: socket.socket, buf: bytearray) -> int:
         """The bytes of `buf` that arrive within the budget (one read), 0 if none (or EOF, which the
@@ -47,7 +55,9 @@ class Spin:
         start = time.perf_counter()
         self._waiting_since = start
         if not self.polls or sock.gettimeout() is None:  # a blocking socket cannot be polled
+            self._unpolled += 1
             return 0
+        self._unpolled = 0
         fd, end = sock.fileno(), start + self.budget_s
         ready = self._poller(fd)
         while True:

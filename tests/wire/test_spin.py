@@ -15,7 +15,7 @@ from harness.model.requests import next_request
 from harness.model.session import Session
 from harness.wire.errors import PeerClosed
 from harness.wire.frames import recv_frame
-from harness.wire.spin import Spin
+from harness.wire.spin import PROBE_EVERY, Spin
 
 
 class Counting(socket.socket):
@@ -95,6 +95,34 @@ def test_a_slow_peer_is_not_polled_for_until_it_is_quick_again(pair) -> None:
     a.sendall(frame(b"polled"))
     assert recv_frame(b, spin=spin) == b"polled"
     assert b.recvs == 3  # the last frame came while polling
+
+
+class Waking(Counting):
+    """A socket whose blocking reads each pay a wake-up longer than the budget, as an idle vCPU's do."""
+
+    def recv_into(self, *args, **kwargs) -> int:  # type: ignore[override]
+        time.sleep(0.03)
+        return super().recv_into(*args, **kwargs)
+
+
+def test_a_reader_fallen_back_to_blocking_reads_polls_again_once_the_peer_is_quick() -> None:
+    """Timed blocking waits alone would keep it blocking: each pays its wake-up, longer than the
+    budget, however quick the peer. A probe every PROBE_EVERY waits finds the peer quick."""
+    a, plain = socket.socketpair()
+    b = Waking(fileno=plain.detach())
+    b.settimeout(10.0)
+    spin = Spin(budget_us=20_000)  # generous: a probe must not miss it on a loaded machine
+    later = send_later(a, frame(b"slow"), 0.1)
+    assert recv_frame(b, spin=spin) == b"slow"
+    later.join()
+    assert not spin.polls and b.recvs == 1
+    for _ in range(3 * PROBE_EVERY):  # a quick peer: each frame is there before the read
+        a.sendall(frame(b"quick"))
+        assert recv_frame(b, spin=spin) == b"quick"
+    assert spin.polls
+    assert b.recvs == PROBE_EVERY  # the slow one, then blocking reads until the probe polled
+    a.close()
+    b.close()
 
 
 def test_a_budget_of_zero_never_polls(pair) -> None:
