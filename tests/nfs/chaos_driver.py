@@ -315,13 +315,13 @@ def judge_frozen(server: RunDir, units, frozen: dict[str, Any], raw, logs: Path)
         owner = json.loads((server.leases / key / names[0]).read_text()) if names else None
         done_by[key] = None if owner is None else {k: owner[k] for k in ("worker", "generation")}
     log = logs / f"worker-{frozen.get('worker')}.log"
-    lines = [line for line in (log.read_text().splitlines() if log.exists() else []) if any(
-        key in line for key in generations)]  # fmt: skip
+    text = log.read_text() if log.exists() else ""
+    lines = [line for line in text.splitlines() if any(key in line for key in generations)]
     # its fresh claim: the first claim logged after it was thawed (log times are whole seconds, and
     # a record of the frozen lease could only be committed on thawing, seconds before any claim)
     thawed = iso(frozen["t_cont"]).split(".")[0] if frozen.get("t_cont") else None
     claims = [line.split(" ", 1)[0] for line in lines if " claimed:" in line]
-    fresh = next((t for t in claims if thawed and t.split("+")[0] >= thawed), None)
+    fresh = next((t for t in claims if t.split("+")[0] >= thawed), None) if thawed else None
     return {
         **{k: v for k, v in frozen.items() if k != "held"}, "held": sorted(generations),
         "held_generations": generations, "done_by": done_by, "fresh_claim": fresh,
