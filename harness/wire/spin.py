@@ -9,12 +9,14 @@ polling).
 So a `Spin` polls the socket (poll(2), no timeout, then one read) for up to `budget_s` before the caller's
 blocking read, but only while the peer is quick: each wait is timed, and a reader whose last wait
 was longer than the budget (a model call, a sim's step) goes straight to the blocking read and
-burns no CPU, until a wait is short again. A blocking wait includes the wake-up, which alone can
-pass the budget here: so a reader that fell back to blocking reads polls one wait in PROBE_EVERY
-anyway, and polls again from then on if that one came within the budget (one budget's CPU per
-PROBE_EVERY slow waits: ~6 µs a wait at the default). Between reads it yields the core
-(sched_yield), so a runnable peer on the same core goes first. WIRE_SPIN_US sets the budget; 0
-never polls.
+burns no CPU, until a wait is short again. A blocking wait includes the reader's wake-up, which
+alone can pass the budget here, and when both ends have fallen back it includes the peer's too: so
+a blocking wait within WAKE_SLACK budgets counts as short (a quick peer and the wake-ups; else two
+readers that fell back together, after a pause, kept each other blocking at ~200 µs a round trip).
+And a reader that fell back polls one wait in PROBE_EVERY anyway, in case its wake-ups are longer
+still (one budget's CPU per PROBE_EVERY slow waits: ~6 µs a wait at the default). Between reads
+it yields the core (sched_yield), so a runnable peer on the same core goes first. WIRE_SPIN_US sets
+the budget; 0 never polls.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Callable
 
 DEFAULT_SPIN_US = 100  # the WIRE_SPIN_US knob's default
 PROBE_EVERY = 16  # after waits longer than the budget, one in this many polls anyway
+WAKE_SLACK = 3  # a blocking wait within this many budgets was a quick peer and a wake-up
 
 
 class Spin:
@@ -38,23 +41,28 @@ class Spin:
         self.budget_s = budget_us / 1e6
         self.last_wait_s = 0.0  # the first wait polls
         self._unpolled = 0  # waits in a row that went straight to the blocking read
+        self._blocked = False  # whether the last wait ended in the blocking read
         self._waiting_since: float | None = None
         self._fd = -1  # the descriptor `_poll` polls
         self._poll: Callable[[int], list[tuple[int, int]]] | None = None
 
     @property
     def polls(self) -> bool:
-        """Whether the next wait polls: a budget, and the last wait within it or a probe due."""
-        return self.budget_s > 0 and (
-            self.last_wait_s <= self.budget_s or self._unpolled >= PROBE_EVERY - 1
-        )
+        """Whether the next wait polls: a budget, and the last wait within it (within WAKE_SLACK
+        budgets if it ended in the blocking read), or a probe due."""
+        if self.budget_s <= 0:
+            return False
+        quick = self.budget_s * (WAKE_SLACK if self._blocked else 1)
+        return self.last_wait_s <= quick or self._unpolled >= PROBE_EVERY - 1
 
     def read(self, sock: socket.socket, buf: bytearray) -> int:
         """The bytes of `buf` that arrive within the budget (one read), 0 if none (or EOF, which the
         caller's blocking recv sees again); the wait is timed until `arrived()` when none came."""
         start = time.perf_counter()
         self._waiting_since = start
-        if not self.polls or sock.gettimeout() is None:  # a blocking socket cannot be polled
+        polls = self.polls and sock.gettimeout() is not None  # a blocking socket cannot be polled
+        self._blocked = True  # until a poll finds the frame
+        if not polls:
             self._unpolled += 1
             return 0
         self._unpolled = 0
@@ -67,6 +75,7 @@ class Spin:
                 except (BlockingIOError, InterruptedError):
                     got = -1
                 if got >= 0:  # bytes, or EOF
+                    self._blocked = False
                     self.arrived()
                     return got
             if time.perf_counter() >= end:

@@ -15,7 +15,7 @@ from harness.model.requests import next_request
 from harness.model.session import Session
 from harness.wire.errors import PeerClosed
 from harness.wire.frames import recv_frame
-from harness.wire.spin import PROBE_EVERY, Spin
+from harness.wire.spin import PROBE_EVERY, WAKE_SLACK, Spin
 
 
 class Counting(socket.socket):
@@ -98,24 +98,55 @@ def test_a_slow_peer_is_not_polled_for_until_it_is_quick_again(pair) -> None:
 
 
 class Waking(Counting):
-    """A socket whose blocking reads each pay a wake-up longer than the budget, as an idle vCPU's do."""
+    """A socket whose blocking reads each pay a wake-up of `wake_s`, as an idle vCPU's do."""
+
+    wake_s = 0.0
 
     def recv_into(self, *args, **kwargs) -> int:  # type: ignore[override]
-        time.sleep(0.03)
+        time.sleep(self.wake_s)
         return super().recv_into(*args, **kwargs)
 
 
-def test_a_reader_fallen_back_to_blocking_reads_polls_again_once_the_peer_is_quick() -> None:
-    """Timed blocking waits alone would keep it blocking: each pays its wake-up, longer than the
-    budget, however quick the peer. A probe every PROBE_EVERY waits finds the peer quick."""
+def waking_pair(wake_s: float) -> tuple[socket.socket, Waking]:
     a, plain = socket.socketpair()
     b = Waking(fileno=plain.detach())
+    b.wake_s = wake_s
     b.settimeout(10.0)
-    spin = Spin(budget_us=20_000)  # generous: a probe must not miss it on a loaded machine
-    later = send_later(a, frame(b"slow"), 0.1)
+    return a, b
+
+
+def fall_back(a: socket.socket, b: Waking, spin: Spin) -> None:
+    """A slow frame: `spin` goes to blocking reads."""
+    later = send_later(a, frame(b"slow"), 0.25)
     assert recv_frame(b, spin=spin) == b"slow"
     later.join()
     assert not spin.polls and b.recvs == 1
+
+
+def test_a_blocking_wait_within_the_wake_slack_turns_polling_back_on() -> None:
+    """A quick peer's frames reach a reader fallen back to blocking reads one wake-up late: a wait
+    that long still counts as short, so the reader polls again after one blocking read (else two
+    readers fallen back together keep each other blocking)."""
+    budget_s = 0.02  # generous: the poll must not miss a frame that is there on a loaded machine
+    a, b = waking_pair(1.5 * budget_s)  # a wake-up longer than the budget, within the slack
+    spin = Spin(budget_us=int(budget_s * 1e6))
+    fall_back(a, b, spin)
+    for _ in range(4):  # a quick peer: each frame is there before the read
+        a.sendall(frame(b"quick"))
+        assert recv_frame(b, spin=spin) == b"quick"
+        assert spin.polls
+    assert b.recvs == 2  # the slow one, then one blocking read: the rest came while polling
+    a.close()
+    b.close()
+
+
+def test_a_reader_fallen_back_to_blocking_reads_polls_again_once_the_peer_is_quick() -> None:
+    """Wake-ups longer than the slack would keep it blocking, however quick the peer: a probe every
+    PROBE_EVERY waits finds the peer quick."""
+    budget_s = 0.01
+    a, b = waking_pair((WAKE_SLACK + 1) * budget_s)
+    spin = Spin(budget_us=int(budget_s * 1e6))
+    fall_back(a, b, spin)
     for _ in range(3 * PROBE_EVERY):  # a quick peer: each frame is there before the read
         a.sendall(frame(b"quick"))
         assert recv_frame(b, spin=spin) == b"quick"
