@@ -13,7 +13,9 @@ worker's sim has), `shm_codec` (both ends' shm codecs in one process, no socket:
 codec costs) and a plain memcpy of the observation's arrays into a buffer (the physical floor),
 measured in the same run, taking turns in blocks; then `shm_back_to_back`: `shm` again, `--iters`
 round trips in a row with nothing between them (the blocks' first round trips run on caches the
-other codecs' allocations have just emptied; a sim between two steps empties them more); and,
+other codecs' allocations have just emptied); then `shm_after_step` and `msgpack_after_step`: each
+round trip after a sim step's stand-in (STEP_S of this core streaming through 8 MB while the
+server waits), as every request of a real run comes, the two taking turns; and,
 on the same payload, the two other ecosystems' protocols over WebSocket: openpi (our server in
 MODEL_SERVER_PROTOCOL=openpi mode, harness.wire.openpi's client) and vla-eval (vla-eval's own
 `serve` with a `hold` PredictModelServer, harness.wire.vlaeval's client).
@@ -25,7 +27,8 @@ client's core and keep it there (a socket's wake-up is a synchronous one), so th
 turns on one core. Prints the placement, then the median and p90 µs per round trip; the last
 line is `msgpack_rt_us=<n> json_rt_us=<n> plain_json_rt_us=<n> shm_rt_us=<n> shm_tcp_rt_us=<n>
 shm_blocking_rt_us=<n> shm_one_core_rt_us=<n> shm_codec_rt_us=<n> memcpy_rt_us=<n>
-openpi_rt_us=<n> vla_eval_rt_us=<n> shm_back_to_back_rt_us=<n>` followed by the `<name>_p90_us=<n>`
+openpi_rt_us=<n> vla_eval_rt_us=<n> shm_back_to_back_rt_us=<n> shm_after_step_rt_us=<n>
+msgpack_after_step_rt_us=<n>` followed by the `<name>_p90_us=<n>`
 of each, then `shm_vs_memcpy=<shm median / memcpy median> shm_back_to_back_vs_memcpy=<r>`.
 It prints figures; it does not pass or fail on speed.
 """
@@ -60,6 +63,7 @@ from harness.wire.shmcodec import ShmCodec
 
 BLOCK = 20  # round trips of one codec in a row
 WARM = 3  # round trips before each block, not timed
+STEP_S = 0.02  # the sim step's stand-in before each `*_after_step` round trip
 SPEC = {"benchmark": "bench", "robot": "panda", "action_dim": 10, "cameras": ["a", "b", "c"]}
 
 
@@ -199,6 +203,25 @@ def measure(clients: dict[str, tuple[Infer, Callable[[], None]]], iters: int) ->
     return times
 
 
+def after_step(clients: dict[str, tuple[Infer, Callable[[], None]]], iters: int) -> dict[str, list[float]]:
+    """µs of each round trip right after a sim step's stand-in: STEP_S of this core adding to an
+    8 MB array (a renderer's worth of memory traffic) while the server waits in its blocking read.
+    The clients take turns, one round trip each."""
+    obs, scratch = observation(), np.zeros(8 << 20, np.uint8)
+    times: dict[str, list[float]] = {f"{name}_after_step": [] for name in clients}
+    for step in range(iters):
+        for name, (infer, _) in clients.items():
+            end = time.perf_counter() + STEP_S
+            while time.perf_counter() < end:
+                scratch += 1
+            start = time.perf_counter()
+            infer(obs, step)
+            times[f"{name}_after_step"].append((time.perf_counter() - start) * 1e6)
+    for _, close in clients.values():
+        close()
+    return times
+
+
 def memcpy_client() -> tuple[Infer, Callable[[], None]]:
     """Not a round trip: one copy of the observation's arrays into a preallocated buffer."""
     arrays = [*observation()["images"].values(), observation()["proprio"]]
@@ -266,7 +289,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--iters", type=int, default=200, help="round trips per codec (default 200)")
+    parser.add_argument(
+        "--iters", type=int, default=200, help="round trips per codec (default 200; after a step: a quarter)"
+    )
     parser.add_argument(
         "--no-pin", dest="pin", action="store_false", help="leave each process's core to the kernel"
     )
@@ -309,6 +334,9 @@ def main() -> None:
             # the shm codec alone, its blocks one after the other: nothing else between round trips
             alone = {"shm_back_to_back": native_client(shm_ready["shm"], "shm")}
             results |= measure(alone, args.iters)
+            stepped = {"shm": native_client(shm_ready["shm"], "shm")}
+            stepped["msgpack"] = native_client(ready, "msgpack")
+            results |= after_step(stepped, max(2, args.iters // 4))
         finally:
             for server in servers:
                 server.terminate()
