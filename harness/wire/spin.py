@@ -41,28 +41,24 @@ class Spin:
         self.budget_s = budget_us / 1e6
         self.last_wait_s = 0.0  # the first wait polls
         self._unpolled = 0  # waits in a row that went straight to the blocking read
-        self._blocked = False  # whether the last wait ended in the blocking read
         self._waiting_since: float | None = None
         self._fd = -1  # the descriptor `_poll` polls
         self._poll: Callable[[int], list[tuple[int, int]]] | None = None
 
     @property
     def polls(self) -> bool:
-        """Whether the next wait polls: a budget, and the last wait within it (within WAKE_SLACK
-        budgets if it ended in the blocking read), or a probe due."""
-        if self.budget_s <= 0:
-            return False
-        quick = self.budget_s * (WAKE_SLACK if self._blocked else 1)
-        return self.last_wait_s <= quick or self._unpolled >= PROBE_EVERY - 1
+        """Whether the next wait polls: a budget, and the last wait within WAKE_SLACK budgets (only
+        a blocking wait can pass one budget), or a probe due."""
+        return self.budget_s > 0 and (
+            self.last_wait_s <= WAKE_SLACK * self.budget_s or self._unpolled >= PROBE_EVERY - 1
+        )
 
     def read(self, sock: socket.socket, buf: bytearray) -> int:
         """The bytes of `buf` that arrive within the budget (one read), 0 if none (or EOF, which the
         caller's blocking recv sees again); the wait is timed until `arrived()` when none came."""
         start = time.perf_counter()
         self._waiting_since = start
-        polls = self.polls and sock.gettimeout() is not None  # a blocking socket cannot be polled
-        self._blocked = True  # until a poll finds the frame
-        if not polls:
+        if not self.polls or sock.gettimeout() is None:  # a blocking socket cannot be polled
             self._unpolled += 1
             return 0
         self._unpolled = 0
@@ -75,7 +71,6 @@ class Spin:
                 except (BlockingIOError, InterruptedError):
                     got = -1
                 if got >= 0:  # bytes, or EOF
-                    self._blocked = False
                     self.arrived()
                     return got
             if time.perf_counter() >= end:
