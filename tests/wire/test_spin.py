@@ -13,6 +13,7 @@ from harness.model.inflight import InflightBudget
 from harness.model.policyload import load_policy
 from harness.model.requests import next_request
 from harness.model.session import Session
+from harness.wire import spin as spin_module
 from harness.wire.errors import PeerClosed
 from harness.wire.frames import recv_frame
 from harness.wire.spin import PROBE_EVERY, WAKE_SLACK, Spin
@@ -154,6 +155,24 @@ def test_a_reader_fallen_back_to_blocking_reads_polls_again_once_the_peer_is_qui
     assert b.recvs == PROBE_EVERY  # the slow one, then blocking reads until the probe polled
     a.close()
     b.close()
+
+
+def test_a_reader_whose_yield_gave_the_core_away_polls_only_on_probes(pair, monkeypatch) -> None:
+    """On a core where another task is runnable, a yield hands the core over for that task's whole
+    slice: polling there costs a slice a wait, so only probes poll until one finds the core free."""
+    a, b = pair
+    budget_s = 0.01
+    spin = Spin(budget_us=int(budget_s * 1e6))
+    monkeypatch.setattr(spin_module.os, "sched_yield", lambda: time.sleep(1.5 * budget_s))
+    later = send_later(a, frame(b"late"), 1.2 * budget_s)  # not there at the poll: the reader yields
+    assert recv_frame(b, spin=spin) == b"late"
+    later.join()
+    assert not spin.polls and b.recvs == 1  # within the wake slack, yet not polled for
+    for _ in range(3 * PROBE_EVERY):  # a quick peer: each frame is there before the read
+        a.sendall(frame(b"quick"))
+        assert recv_frame(b, spin=spin) == b"quick"
+    assert spin.polls  # the probe polled and found its frame without a yield
+    assert b.recvs == PROBE_EVERY  # the late one, then blocking reads until the probe polled
 
 
 def test_a_budget_of_zero_never_polls(pair) -> None:
