@@ -16,10 +16,11 @@ readers that fell back together, after a pause, kept each other blocking at ~200
 And a reader that fell back polls one wait in PROBE_EVERY anyway, in case its wake-ups are longer
 still (one budget's CPU per PROBE_EVERY slow waits: ~6 µs a wait at the default). Between reads
 it yields the core (sched_yield), so a runnable peer on the same core goes first. But a yield on a
-core where another task is runnable hands it over for that task's whole slice (milliseconds): a
-reader whose yield took longer than its budget polls no more but for probes, until a probe polls
-without such a yield (else, with a CPU-bound process on each core, every other wait paid a slice:
-3.8 ms a round trip). WIRE_SPIN_US sets the budget; 0 never polls.
+core where another task is runnable hands it over for that task's whole slice (milliseconds): after
+a poll whose yield took longer than the budget, a reader reads blocking for a pause of waits that
+doubles with each such poll in a row, up to a probe's PROBE_EVERY (else, with a CPU-bound process
+on each core, every other wait paid a slice: 3.7 ms a round trip), and a host's one-off hiccup
+costs one blocking wait. WIRE_SPIN_US sets the budget; 0 never polls.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class Spin:
         self.budget_s = budget_us / 1e6
         self.last_wait_s = 0.0  # the first wait polls
         self._unpolled = 0  # waits in a row that went straight to the blocking read
-        self._contended = False  # a yield at the last poll gave the core away for over a budget
+        self._pause = 0  # waits to read blocking after polls whose yield gave the core away
         self._waiting_since: float | None = None
         self._fd = -1  # the descriptor `_poll` polls
         self._poll: Callable[[int], list[tuple[int, int]]] | None = None
@@ -52,9 +53,9 @@ class Spin:
     @property
     def polls(self) -> bool:
         """Whether the next wait polls: a budget, and the last wait within WAKE_SLACK budgets (only
-        a blocking wait can pass one budget) on a core not found contended at the last poll, or a
-        probe due."""
-        quick = self.last_wait_s <= WAKE_SLACK * self.budget_s and not self._contended
+        a blocking wait can pass one budget) with the pause after a contended poll over, or a probe
+        due."""
+        quick = self.last_wait_s <= WAKE_SLACK * self.budget_s and self._unpolled >= self._pause
         return self.budget_s > 0 and (quick or self._unpolled >= PROBE_EVERY - 1)
 
     def read(self, sock: socket.socket, buf: bytearray) -> int:
@@ -66,7 +67,6 @@ class Spin:
             self._unpolled += 1
             return 0
         self._unpolled = 0
-        self._contended = False
         fd, end = sock.fileno(), start + self.budget_s
         ready = self._poller(fd)
         while True:
@@ -76,14 +76,16 @@ class Spin:
                 except (BlockingIOError, InterruptedError):
                     got = -1
                 if got >= 0:  # bytes, or EOF
+                    self._pause = 0
                     self.arrived()
                     return got
             now = time.perf_counter()
             if now >= end:
+                self._pause = 0
                 return 0
             os.sched_yield()
             if time.perf_counter() - now > self.budget_s:  # another task had the core: stop polling
-                self._contended = True
+                self._pause = min(2 * self._pause or 1, PROBE_EVERY - 1)
                 return 0
 
     def _poller(self, fd: int) -> Callable[[int], list[tuple[int, int]]]:

@@ -157,22 +157,50 @@ def test_a_reader_fallen_back_to_blocking_reads_polls_again_once_the_peer_is_qui
     b.close()
 
 
-def test_a_reader_whose_yield_gave_the_core_away_polls_only_on_probes(pair, monkeypatch) -> None:
-    """On a core where another task is runnable, a yield hands the core over for that task's whole
-    slice: polling there costs a slice a wait, so only probes poll until one finds the core free."""
+class Yields:
+    """Stands in for sched_yield: counts the polls that yielded; each takes `slow_s` (another
+    runnable task's slice on the reader's core) or returns at once."""
+
+    def __init__(self, slow_s: float) -> None:
+        self.slow_s, self.count = slow_s, 0
+
+    def __call__(self) -> None:
+        self.count += 1
+        time.sleep(self.slow_s)
+
+
+def test_on_a_contended_core_a_reader_polls_ever_more_rarely(pair, monkeypatch) -> None:
+    """A yield on a core where another task is runnable hands the core over for that task's whole
+    slice: polling there costs a slice a wait. A reader backs off to a probe's rate."""
     a, b = pair
     budget_s = 0.01
     spin = Spin(budget_us=int(budget_s * 1e6))
-    monkeypatch.setattr(spin_module.os, "sched_yield", lambda: time.sleep(1.5 * budget_s))
+    yields = Yields(1.5 * budget_s)
+    monkeypatch.setattr(spin_module.os, "sched_yield", yields)
+    waits = 3 * PROBE_EVERY
+    for _ in range(waits):  # each frame comes within the wake slack, after the read began
+        later = send_later(a, frame(b"late"), 1.2 * budget_s)
+        assert recv_frame(b, spin=spin) == b"late"
+        later.join()
+    # polled at waits 1, 3, 6, 11, 20, 36: pauses of 1, 2, 4, 8 waits, then a probe's 15
+    assert yields.count <= 7 < waits // 2
+
+
+def test_after_one_contended_poll_a_reader_polls_again_after_one_blocking_read(pair, monkeypatch) -> None:
+    """A one-off hiccup (the host took the vCPU during a yield) costs one blocking wait."""
+    a, b = pair
+    budget_s = 0.01
+    spin = Spin(budget_us=int(budget_s * 1e6))
+    yields = Yields(1.5 * budget_s)
+    monkeypatch.setattr(spin_module.os, "sched_yield", yields)
     later = send_later(a, frame(b"late"), 1.2 * budget_s)  # not there at the poll: the reader yields
     assert recv_frame(b, spin=spin) == b"late"
     later.join()
-    assert not spin.polls and b.recvs == 1  # within the wake slack, yet not polled for
-    for _ in range(3 * PROBE_EVERY):  # a quick peer: each frame is there before the read
+    assert yields.count == 1 and not spin.polls and b.recvs == 1
+    for _ in range(4):  # a quick peer: each frame is there before the read
         a.sendall(frame(b"quick"))
         assert recv_frame(b, spin=spin) == b"quick"
-    assert spin.polls  # the probe polled and found its frame without a yield
-    assert b.recvs == PROBE_EVERY  # the late one, then blocking reads until the probe polled
+    assert spin.polls and b.recvs == 2  # the late one, then one blocking read: the rest polled
 
 
 def test_a_budget_of_zero_never_polls(pair) -> None:
