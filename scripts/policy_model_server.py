@@ -14,18 +14,21 @@ import functools
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from harness.config import knobs
 from harness.config.failures import run_command
 from harness.config.policymap import PolicyMapError, load_policy_map
 from harness.config.stopsignals import StopSignals
 from harness.model.dialout import connect_out
-from harness.model.openpi_server import OpenpiServer
 from harness.model.policyload import LoadedPolicy, PolicyRefused, load_policy
 from harness.model.server import ModelServer
-from harness.model.vlaeval_server import VlaEvalServer
 from harness.wire.errors import WireError
 from harness.wire.readyfile import write_ready
+
+if TYPE_CHECKING:
+    from harness.model.openpi_server import OpenpiServer
+    from harness.model.vlaeval_server import VlaEvalServer
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -59,12 +62,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def listener(policy: LoadedPolicy, ready_file: str) -> ModelServer | OpenpiServer | VlaEvalServer:
     """The server MODEL_SERVER_PROTOCOL asks for: ours, or one that openpi clients or vla-eval's
-    runner can talk to."""
+    runner can talk to. A WebSocket front end (and the websockets package) is imported only when
+    asked for, so that the native server runs where websockets is not installed (a GPU machine's
+    image: docs/performance.md, "The GPU check")."""
     chosen = knobs.get_choice("MODEL_SERVER_PROTOCOL", ("native", "openpi", "vlaeval"))
     if chosen == "native":
         return ModelServer(policy, ready_file)
     if chosen == "vlaeval":
+        from harness.model.vlaeval_server import VlaEvalServer
+
         return VlaEvalServer(policy, ready_file)
+    from harness.model.openpi_server import OpenpiServer
+
     path = knobs.get("MODEL_SERVER_MAP")
     policy_map = load_policy_map(path, "MODEL_SERVER_MAP") if path else None
     return OpenpiServer(policy, ready_file, policy_map=policy_map)

@@ -4,6 +4,7 @@ benchmark silently otherwise, since nothing else runs them)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,3 +21,23 @@ def test_benchmark_answers_help(script: Path) -> None:
     done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "usage" in done.stdout.lower()
+
+
+def test_gpu_check_dry_run_on_the_cpu() -> None:
+    """The GPU check is run only when a session is lent a GPU machine, with minutes to spare: its
+    dry run here keeps it working (the model servers start, the clients get shared memory, the
+    last line holds every figure)."""
+    model_py = os.environ.get("MODEL_PY") or str(ROOT / "envs" / "model" / "bin" / "python")
+    if not Path(model_py).exists():
+        pytest.skip("MODEL_PY env not installed")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MODEL_PY=model_py)
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--seconds", "0.5"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    last = done.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"gpus=0 workers=\d+ sims_per_worker=\d+ ref_k1_obs_s=[\d.]+ ref_k8_obs_s=[\d.]+ "
+        r"ref_k8_speedup=[\d.]+ ref_k8_mean_batch=[\d.]+ k8_vs_ideal=[\d.]+ shm=1",
+        last,
+    ), last
+    assert "wire: shared memory" in done.stdout

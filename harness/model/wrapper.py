@@ -112,7 +112,14 @@ def import_wrapper(directory: Path) -> ModuleType:
         raise PolicyRefused(f"cannot import {file}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # as a normal import would: dataclasses and pickle look it up
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except ModuleNotFoundError as exc:
+        del sys.modules[spec.name]
+        raise PolicyRefused(
+            f"{file} imports {exc.name!r}, which {sys.executable} cannot import: install it in the "
+            f"model env (MODEL_PY) or run the server with a Python that has it"
+        ) from None
     for attr in ("get_model", "encode_obs", "reset_model"):
         if not callable(getattr(module, attr, None)):
             raise PolicyRefused(f"{file}: missing function {attr}()")

@@ -24,6 +24,7 @@ from support.wirekit import (
     running_server,
     start_server_process,
     stop_process,
+    wait_for,
 )
 
 
@@ -86,6 +87,13 @@ def test_load_errors_name_the_input(args: tuple, message: str) -> None:
         load_policy(*args)
 
 
+def test_a_wrapper_needing_a_missing_package_is_refused_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "deploy_policy.py").write_text("import package_not_installed_here\n")
+    (tmp_path / "deploy_policy.yml").write_text("action_dim: 10\nnum_actions: 30\n")
+    with pytest.raises(PolicyRefused, match=r"deploy_policy.py imports 'package_not_installed_here', which"):
+        load_policy(str(tmp_path))
+
+
 def test_override_values_are_typed() -> None:
     assert parse_override("num_actions=20") == ("num_actions", 20)
     assert parse_override("cameras=[a, b]") == ("cameras", ["a", "b"])
@@ -132,6 +140,26 @@ def test_server_process_sigterm(tmp_path: Path, model_py: str) -> None:
         code = proc.wait(30)
     assert code == 0, (tmp_path / "server.log").read_text()
     assert not ready.exists()
+
+
+def test_native_server_runs_without_websockets(tmp_path: Path, model_py: str) -> None:
+    """A GPU machine's image has torch but no websockets: the native server must not need it (only
+    the openpi and vla-eval front ends do), or the GPU check cannot run there."""
+    blocked = tmp_path / "blocked" / "websockets"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ImportError('websockets is not installed here')\n")
+    ready, log = tmp_path / "ready.json", tmp_path / "server.log"
+    env = {"PYTHONPATH": f"{blocked.parent}:{REPO}"}
+    proc = start_server_process(model_py, ready, ["--policy", "hold"], log, env)
+    try:
+        wait_for(lambda: ready.exists() or proc.poll() is not None, timeout=120)
+        assert proc.poll() is None, log.read_text()
+        with client(ready) as c:
+            c.hello(SPEC)
+            c.reset("t", "c", "i", 0)
+            np.testing.assert_array_equal(c.infer(obs(0.25), 0), 0.25)
+    finally:
+        stop_process(proc)
 
 
 @pytest.fixture(scope="module")
