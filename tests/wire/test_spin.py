@@ -81,7 +81,8 @@ def test_a_slow_peer_is_not_polled_for_until_it_is_quick_again(pair) -> None:
     later = send_later(a, frame(b"slow"), 0.2)  # a model call: far beyond the 1 ms budget
     assert recv_frame(b, spin=spin) == b"slow"
     later.join()
-    assert b.recvs == 1 and spin.last_wait_s >= 0.2 and not spin.polls
+    # timed from the read's start, which a loaded machine may run well after the writer's sleep began
+    assert b.recvs == 1 and spin.last_wait_s > WAKE_SLACK * spin.budget_s and not spin.polls
 
     cpu = time.thread_time()
     later = send_later(a, frame(b"slow again"), 0.3)
