@@ -7,8 +7,11 @@ source gets a new entry and an unchanged one is reused for the cost of a stat wa
 temp dir and is renamed into place; the stamp is written last, so an entry without a stamp (a crash,
 a full disk) is garbage, never loaded. All changes happen under a node-local lock, so concurrent
 jobs on one node stage once. The cache is bounded by pruning the least recently used entries that
-are neither in use nor named in CACHE_KEEP. A launch chooses everything it will use first (`want`),
-so making room for one of its copies never removes another of its entries, staged or reused.
+are neither in use nor named in CACHE_KEEP; a pruned entry is renamed into the cache's trash under
+the lock and deleted after, by a detached `rm` (deleting the 3.8 GB sim env takes ~7 s here, which
+neither the pruning launch's start nor the jobs waiting on the lock should pay). A launch chooses
+everything it will use first (`want`), so making room for one of its copies never removes another
+of its entries, staged or reused.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import fcntl
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -31,6 +35,7 @@ from harness.node.holds import held
 
 STAMP = ".stage.json"
 USED = ".used"
+TRASH = ".trash"  # <cache>/.trash: pruned entries, unstamped, waiting for their deletion
 GB = 1 << 30
 
 
@@ -171,7 +176,8 @@ def stage(
 
 
 def prune(cache: Path, max_bytes: int, in_use: set[Path], keep_labels: set[str]) -> list[Path]:
-    """Remove least recently used entries until the cache fits `max_bytes`; returns what was removed.
+    """Remove least recently used entries until the cache fits `max_bytes`; returns what was removed
+    (gone from the cache at once, its bytes deleted in the background: `_empty_trash_later`).
 
     Entries in use by this node run, entries another live node run on this node holds (`holds`) and
     entries whose label is in `keep_labels` are never removed.
@@ -185,10 +191,27 @@ def prune(cache: Path, max_bytes: int, in_use: set[Path], keep_labels: set[str])
         if entry.root in in_use or entry.label in keep_labels or held(entry.root):
             continue
         (entry.root / STAMP).unlink()
-        shutil.rmtree(entry.root, ignore_errors=True)
+        trash = cache / TRASH
+        trash.mkdir(exist_ok=True)
+        os.rename(entry.root, trash / f"{entry.root.parent.name}-{entry.root.name}-{secrets.token_hex(4)}")
         total -= entry.size
         removed.append(entry.root)
+    _empty_trash_later(cache)
     return removed
+
+
+def _empty_trash_later(cache: Path) -> None:
+    """Delete everything in the trash in a detached `rm` that outlives this process (its own
+    session: a ^C to the node script does not cut it short), so the caller returns at once. What a
+    deletion cut short leaves (the end of a Slurm job kills what is left of it, a reboot), the next
+    launch's prune or a short disk (`_ensure_space`) deletes."""
+    trash = cache / TRASH
+    doomed = [str(path) for path in trash.iterdir()] if trash.is_dir() else []
+    if not doomed:
+        return
+    quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    # sh exits at once and rm goes on alone, holding no pipe of the caller's (`$(...)` returns)
+    subprocess.run(["sh", "-c", 'rm -rf -- "$@" &', "rm", *doomed], start_new_session=True, **quiet)
 
 
 def _copy(source: Path, dest: Path) -> None:
@@ -204,8 +227,12 @@ def _copy(source: Path, dest: Path) -> None:
 
 
 def _ensure_space(cache: Path, size: int, source: Path, keep: set[Path]) -> None:
-    """Fail before copying when the node disk cannot hold the copy (after dropping unused entries)."""
+    """Fail before copying when the node disk cannot hold the copy (after emptying the trash and
+    dropping unused entries)."""
     margin = 64 << 20
+    if shutil.disk_usage(cache).free >= size + margin:
+        return
+    shutil.rmtree(cache / TRASH, ignore_errors=True)  # what a prune's `rm` has not deleted yet
     if shutil.disk_usage(cache).free >= size + margin:
         return
     for entry in sorted(entries(cache), key=lambda e: e.last_used):

@@ -103,6 +103,30 @@ def test_prune_keeps_in_use_and_cache_keep_drops_least_recently_used(tmp_path: P
     assert sorted(e.label for e in entries(cache)) == ["keepme", "new"]
 
 
+def test_prune_deletes_no_bytes_itself_and_a_detached_rm_empties_the_trash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 24 (start-up off the critical path): prune deleted each entry with `shutil.rmtree`
+    under the node lock, ~7 s for the staged 3.8 GB sim env here, paid by the launch's start and
+    by every job on the node waiting for the lock. Now it only renames the entry into the trash."""
+    cache = tmp_path / "cache"
+    old = stage_tree(cache, "env", tmp_path / "old")
+    new = stage_tree(cache, "ckpt", tmp_path / "new")
+    os.utime(old.parent / staging.USED, (1000, 1000))
+    leftover = make_tree(cache / staging.TRASH / "cut-short", {"w.bin": 1000})  # an rm a reboot stopped
+
+    def rmtree(path: Path, *args: object, **kwargs: object) -> None:
+        raise AssertionError(f"prune deleted {path} in the caller's process, under the node lock")
+
+    monkeypatch.setattr(staging.shutil, "rmtree", rmtree)
+    assert prune(cache, 1 << 30, in_use={new.parent}, keep_labels=set()) == []  # nothing to prune
+    until(lambda: not leftover.exists(), "a prune left what an earlier deletion did not finish")
+    assert prune(cache, 150_000, in_use={new.parent}, keep_labels=set()) == [old.parent]
+    assert not old.parent.exists() and [e.label for e in entries(cache)] == ["new"]
+    until(lambda: not any((cache / staging.TRASH).iterdir()), "the trash was never emptied")
+    assert new.exists() and (new / "w.bin").stat().st_size == 100_000
+
+
 def test_prune_never_removes_an_entry_another_live_node_run_holds(tmp_path: Path) -> None:
     """Issue 11, item 10: pruning protected only the current launch's entries; a concurrent job on
     the same node could lose the staged venv it was running from."""
@@ -199,6 +223,34 @@ def test_full_node_disk_is_a_clear_error_and_nothing_half_copied(tmp_path: Path)
         assert done.returncode == 0, done.stderr
         assert "ERROR node disk full" in done.stdout, done.stdout
         assert "LEFT []" in done.stdout, done.stdout
+
+
+def test_a_short_disk_empties_the_trash_before_refusing(tmp_path: Path) -> None:
+    """A pruned entry whose background deletion has not finished still holds its bytes: a staging
+    that needs them deletes the rest itself instead of calling the disk full (an 80 MiB tmpfs: a
+    copy needs its size and a 64 MiB margin free)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare to mount a small tmpfs")
+    src = make_tree(tmp_path / "ckpt", {"a.bin": 8 << 20})
+    cache = tmp_path / "small"
+    cache.mkdir()
+    script = textwrap.dedent(f"""
+        import os
+        from pathlib import Path
+        from harness.node import staging
+        cache, src = Path({str(cache)!r}), Path({str(src)!r})
+        pruned = cache / staging.TRASH / "env-sim-0123"
+        pruned.mkdir(parents=True)
+        (pruned / "lib.so").write_bytes(os.urandom(20 << 20))  # 20 MiB not yet deleted
+        print("STAGED", staging.stage(staging.want(cache, "ckpt", src), log=lambda m: None))
+        print("TRASH", pruned.exists())
+    """)
+    cmd = f'mount -t tmpfs -o size=80m tmpfs {cache} && {sys.executable} -c "$0"'
+    done = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", cmd, script], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"STAGED {cache}/ckpt/ckpt-" in done.stdout and "TRASH False" in done.stdout, done.stdout
 
 
 @pytest.fixture(scope="module")
