@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -102,7 +103,11 @@ def test_a_model_server_death_mid_unit_is_not_an_attempt_of_the_unit(tmp_path: P
     _run_pool(env, 1, tmp_path, timeout=90)
     check_finished(run, env, set())  # seed 1 re-run on the next claim: every seed has a trial
     log = (tmp_path / "w0.log").read_text()
-    assert "model server died during the unit" in log and "errored attempt" not in log, log
+    # the server's cause either way: "died during the unit" once the worker sees its process gone,
+    # "the sim client lost the model server" when the sim exits first (a loaded machine: the dying
+    # server's socket closes before its process can be reaped)
+    assert re.search(r"unit=s__t0__0-3 model server: .*: retrying later, not a crash", log), log
+    assert "errored attempt" not in log, log
     assert not list(run.leases.glob("*.crash.*"))
 
 
