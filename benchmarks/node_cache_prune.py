@@ -1,10 +1,11 @@
 """What pruning a big node-cache entry costs a launch: the time `prune` holds the node lock.
 
-Stages a copy of `--source` (default: the sim env, 3.8 GB and ~69,000 files here) into a fresh
-node cache on this machine's disk, then prunes it under the node lock, as `prepare` does when the
-cache is over CACHE_MAX_GB, and times the prune (what the launch's start, and every other job on
-the node waiting for the lock, pays) and, after it, the background deletion until the cache's
-trash is empty (`harness/node/staging.py`). `--repeats` rounds, each with its own copy.
+Stages a copy of `--source` (default: the sim env, 3.6 GiB in ~69,000 files here) into a fresh
+node cache on this machine's disk and writes it back (sync: a real prune deletes an entry written
+long ago), then prunes it under the node lock, as `prepare` does when the cache is over
+CACHE_MAX_GB, and times the prune (what the launch's start, and every other job on the node waiting
+for the lock, pays) and, after it, the background deletion until the cache's trash is empty
+(`harness/node/staging.py`). `--repeats` rounds, each with its own copy.
 It prints figures; it does not pass or fail on speed.
 
 Last line: `prune_s=<median> trash_empty_s=<median>`.
@@ -16,6 +17,7 @@ Example (about a minute a round: the copy dominates):
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -35,6 +37,7 @@ def one_round(source: Path, parent: Path) -> tuple[float, float]:
         wanted = want(cache, "env", source)
         print(f"  staging {wanted.size / GB:.2f} GB of {source} ...", flush=True)
         stage(wanted, log=lambda _msg: None)
+        os.sync()
         with node_lock(cache):
             start = time.monotonic()
             removed = prune(cache, 0, in_use=set(), keep_labels=set())

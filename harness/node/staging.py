@@ -201,8 +201,10 @@ def prune(cache: Path, max_bytes: int, in_use: set[Path], keep_labels: set[str])
 
 
 def _empty_trash_later(cache: Path) -> None:
-    """Delete everything in the trash in a detached `rm` that outlives this process (its own
-    session: a ^C to the node script does not cut it short), so the caller returns at once. What a
+    """Delete everything in the trash in a background `rm` that outlives this process (sh starts it
+    with SIGINT ignored: a ^C to the node script does not cut it short), so the caller returns at
+    once. Not in a session of its own: with the kernel's autogroups on (Debian's default), a new
+    session's `rm` took 260 s beside a CPU hog per core where one in the caller's took 9. What a
     deletion cut short leaves (the end of a Slurm job kills what is left of it, a reboot), the next
     launch's prune or a short disk (`_ensure_space`) deletes."""
     trash = cache / TRASH
@@ -211,7 +213,7 @@ def _empty_trash_later(cache: Path) -> None:
         return
     quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     # sh exits at once and rm goes on alone, holding no pipe of the caller's (`$(...)` returns)
-    subprocess.run(["sh", "-c", 'rm -rf -- "$@" &', "rm", *doomed], start_new_session=True, **quiet)
+    subprocess.run(["sh", "-c", 'rm -rf -- "$@" &', "rm", *doomed], **quiet)
 
 
 def _copy(source: Path, dest: Path) -> None:
