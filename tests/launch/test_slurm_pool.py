@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from support.nodecache import TEST_CACHE_MAX_GB, TEST_NODE_CACHE
+
 ROOT = Path(__file__).resolve().parents[2]
 NODE_SCRIPT = ROOT / "slurm" / "eval_node.sh"
-TEST_NODE_CACHE = Path(os.environ.get("TEST_NODE_CACHE", "/tmp/eval-test-node-cache"))
 UNITS = [f"s{s} t{t}" for s in (1, 2, 3) for t in (1, 2)]
 SEEDS = 3
 
@@ -40,6 +41,7 @@ def pool_env(slurm: dict[str, str], tmp_path: Path, run: str, **extra: str) -> d
         "RECORD_VIDEO": "0",
         "STAGE_ENVS": "none",
         "NODE_CACHE": str(TEST_NODE_CACHE),
+        "CACHE_MAX_GB": TEST_CACHE_MAX_GB,
         "HEARTBEAT_S": "1",
         "LEASE_TTL": "4",
         "FASTBENCH_STEPS": "3",

@@ -18,11 +18,11 @@ from harness.node import steps as node
 from harness.node.codesync import code_copy, sync_code
 from harness.node.holds import hold
 from harness.node.staging import StagingError, entries, stage, want
+from support.nodecache import TEST_CACHE_MAX_GB, TEST_NODE_CACHE
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM_ENV = ROOT / "envs" / "sim"
 WHEELHOUSE = ROOT / "envs" / "wheelhouse"
-TEST_NODE_CACHE = Path(os.environ.get("TEST_NODE_CACHE", "/tmp/eval-test-node-cache"))
 PIN = "sapien==3.0.2 setuptools<81"
 
 
@@ -116,6 +116,7 @@ def test_sim_pin_installs_into_the_node_copy_only_and_records_see_it(
     if not list(WHEELHOUSE.glob("sapien-3.0.2-*.whl")):
         pytest.skip(f"no sapien 3.0.2 wheel in {WHEELHOUSE} (scripts/setup.sh fetches it)")
     monkeypatch.setenv("NODE_CACHE", str(TEST_NODE_CACHE))
+    monkeypatch.setenv("CACHE_MAX_GB", TEST_CACHE_MAX_GB)
     monkeypatch.setenv("STAGE_ENVS", "sim")
     monkeypatch.setenv("SIM_PY", str(SIM_ENV / "bin" / "python"))
     monkeypatch.setenv("SIM_PIN", PIN)
