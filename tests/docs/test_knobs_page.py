@@ -71,6 +71,7 @@ def test_knob_names_the_pages_mention_exist() -> None:
         "MESA_SHADER_CACHE_DIR", "MESA_DISK_CACHE_MULTI_FILE",  # Mesa's, measured and not set
         "LP_NUM_THREADS",  # lavapipe's thread count, measured and not set
         "ENVS_ROOT",  # set by env.sh, read by shell only
+        "TEST_NODE_CACHE",  # the test suite's, not the product's (docs/testing.md)
         "ENCODER_NICE", "CODE_PATHS", "CODE_ROOT", "UNIT_END", "RECORD_FIELDS", "FIELD_CHECKS",
         "REQUEST_TYPES", "NOT_KNOBS",  # Python constants the pages name
     }  # fmt: skip
