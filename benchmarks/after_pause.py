@@ -17,7 +17,7 @@ It prints figures; it does not pass or fail on speed.
 Last line: `<work>_<pause>_first_us=<n> <work>_<pause>_second_us=<n> <work>_<pause>_tenth_us=<n>
 <work>_<pause>_last_us=<n> …` for each work and pause.
 
-Example (about a minute):
+Example (about 7 seconds here):
   $SIM_PY benchmarks/after_pause.py
 """
 
