@@ -15,6 +15,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -75,11 +76,25 @@ def srun(env: dict[str, str], *args: str, timeout: float = 240) -> subprocess.Co
     return subprocess.run(cmd, cwd="/tmp", env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def start_srun(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    cmd = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=0", *args, "bash", str(NODE_SCRIPT)]
-    return subprocess.Popen(
-        cmd, cwd="/tmp", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+@pytest.fixture
+def start_srun() -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """`srun` in the background. One still running when its test ends (the test failed before its
+    pool finished) is killed, which ends its job: it holds no nodes from the next tests."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+        cmd = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=0", *args, "bash", str(NODE_SCRIPT)]
+        proc = subprocess.Popen(
+            cmd, cwd="/tmp", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def run_dir(env: dict[str, str]) -> Path:
@@ -136,7 +151,9 @@ def test_three_node_srun_completes_a_small_eval(slurm: dict[str, str], tmp_path:
         assert "done: 1 workers, 0 failed" in log
 
 
-def test_killed_node_loses_nothing_and_others_finish_its_units(slurm: dict[str, str], tmp_path: Path) -> None:
+def test_killed_node_loses_nothing_and_others_finish_its_units(
+    slurm: dict[str, str], tmp_path: Path, start_srun: Callable[..., subprocess.Popen[str]]
+) -> None:
     env = pool_env(slurm, tmp_path, "kill", FASTBENCH_STEP_MS="150")
     proc = start_srun(env, "--nodes=3", "--job-name=kill-test")
     job = job_id(env, "kill-test")
@@ -184,7 +201,9 @@ def kill_node_processes(job: str, node: str) -> list[int]:
     return pids
 
 
-def test_resume_by_rerunning_the_same_srun(slurm: dict[str, str], tmp_path: Path) -> None:
+def test_resume_by_rerunning_the_same_srun(
+    slurm: dict[str, str], tmp_path: Path, start_srun: Callable[..., subprocess.Popen[str]]
+) -> None:
     env = pool_env(slurm, tmp_path, "resume", FASTBENCH_STEP_MS="150")
     proc = start_srun(env, "--nodes=3", "--job-name=resume-test")
     job = job_id(env, "resume-test")
