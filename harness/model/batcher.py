@@ -26,8 +26,10 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from harness.model.batchstats import BatchStats
 
 log = logging.getLogger("model_server")
 
@@ -59,33 +61,6 @@ class _Item:
     lead: bool = False
     result: Any = None
     error: BaseException | None = None
-
-
-@dataclass
-class BatchStats:
-    """What the batcher did: model calls, requests answered, and how many calls had each size."""
-
-    calls: int = 0
-    items: int = 0
-    sizes: Counter[int] = field(default_factory=Counter)
-    busy_s: float = 0.0  # time spent in model calls: busy_s / wall time is the model's utilisation
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "calls": self.calls,
-            "items": self.items,
-            "max": max(self.sizes, default=0),
-            "sizes": {str(size): n for size, n in sorted(self.sizes.items())},
-            "busy_s": round(self.busy_s, 6),
-        }
-
-    def line(self) -> str:
-        """One parseable line: `calls=C items=N max=M sizes=1:a,2:b busy_s=S` (size:count)."""
-        sizes = ",".join(f"{size}:{n}" for size, n in sorted(self.sizes.items())) or "-"
-        return (
-            f"calls={self.calls} items={self.items} max={max(self.sizes, default=0)} sizes={sizes} "
-            f"busy_s={self.busy_s:.3f}"
-        )
 
 
 # A call: the payloads of one batch → one outcome each (a result, or the exception for that item).

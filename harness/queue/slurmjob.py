@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from datetime import datetime
 
 _ALIVE = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED", "RESIZING",
@@ -57,3 +58,11 @@ def allocation_end() -> float | None:
         return datetime.fromisoformat(text).timestamp()
     except ValueError:
         return None  # "N/A" or "UNLIMITED"
+
+
+def time_for_another(end: float | None, unit_times: list[float]) -> bool:
+    """Whether a unit can still finish before the allocation ends at `end`, by the mean of the
+    `unit_times` so far (with a 20% margin); always outside an allocation or before any unit ran."""
+    if end is None or not unit_times:
+        return True
+    return time.time() + 1.2 * sum(unit_times) / len(unit_times) < end

@@ -98,13 +98,6 @@ class Worker:
         self.log(f"got signal {signum}: finishing the current step, releasing the lease")
         self.stop.set()
 
-    def time_for_another(self, end: float | None) -> bool:
-        """Inside an allocation, claim only a unit that the mean unit time says can still finish."""
-        if end is None or not self.unit_times:
-            return True
-        mean = sum(self.unit_times) / len(self.unit_times)
-        return time.time() + 1.2 * mean < end
-
     def add_slot(self) -> SimSlot:
         """One more sim slot: its own lease queue, progress file, writer id and sim process."""
         slot = open_slot(self.run, len(self.slots), self.log, self.units, self.env, self.server, self.tmp)
@@ -187,7 +180,7 @@ class Worker:
         """Claim and run units on `slot` (at most `limit`); the records of the last unit run, if any."""
         records = None
         while not self.stop.is_set() and (limit is None or limit > 0):
-            if not self.time_for_another(end):
+            if not slurmjob.time_for_another(end, self.unit_times):
                 slot.log("not enough allocation time left for another unit: stopping")
                 break
             first = not self.claimed  # the worker's first claim takes the shortest unit: its first

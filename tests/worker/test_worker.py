@@ -276,15 +276,12 @@ def test_local_pool_runs_node_scripts_over_one_queue(tmp_path: Path) -> None:
     assert "[stage] copying" not in node_logs and not (tmp_path / "cache" / "env").exists()
 
 
-def test_time_aware_claims_inside_an_allocation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_time_aware_claims_inside_an_allocation(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_JOB_END_TIME", str(int(time.time()) + 100))
     end = slurmjob.allocation_end()
     assert end is not None and abs(end - time.time() - 100) < 2
-    worker = Worker(make_run(tmp_path / "run", [("s", "t")]), "w0")
-    assert worker.time_for_another(end)  # nothing measured yet: claim
-    worker.unit_times = [20.0, 40.0]
-    assert worker.time_for_another(end)  # a mean unit (30 s) fits in the 100 s left
-    worker.unit_times = [90.0, 110.0]
-    assert not worker.time_for_another(end)  # it would not finish before the allocation ends
-    assert worker.time_for_another(None)  # outside Slurm: always
+    assert slurmjob.time_for_another(end, [])  # nothing measured yet: claim
+    assert slurmjob.time_for_another(end, [20.0, 40.0])  # a mean unit (30 s) fits in the 100 s left
+    assert not slurmjob.time_for_another(end, [90.0, 110.0])  # it would not finish before the end
+    assert slurmjob.time_for_another(None, [90.0, 110.0])  # outside Slurm: always
