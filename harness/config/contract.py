@@ -3,7 +3,8 @@
 The contract holds: every contract knob (`harness.config.knobs.contract_knobs()`: policy,
 checkpoint name, benchmark, BENCH_CONFIG, SEEDS_ROOT, cameras, smoothing, rendering, SIM_PIN, ...),
 the checkpoint's content fingerprint (`harness.config.fingerprint`), the queue's units, the seed
-bank's hash, and a content hash of the packages that decide what an episode does (CODE_PATHS).
+bank's hash, the benchmark's simulator stack as installed (`harness.config.simstack`), and a
+content hash of the packages that decide what an episode does (CODE_PATHS).
 Content hashes, not paths or mtimes, so node-local copies verify. `verify_environment` returns the
 contract hash (exported as EVAL_CONTRACT into every record) or raises `ContractMismatch` naming each
 differing knob or input with both values.
@@ -26,6 +27,7 @@ from harness.config.paths import CODE_ROOT, bundle_root, resolve_checkpoint
 from harness.config.policyserver import policy_server_section
 from harness.config.rundir import Cell, RunDir, read_queue
 from harness.config.seedbank import SeedBankError, bank_sha256, read_bank, resolve_root, uses_bank
+from harness.config.simstack import sim_stack
 
 # What decides an episode: the sim side, the wire, the model side, the policies and the two process
 # entry points. The machinery around them (config, queue, worker, node, results, launch) can be
@@ -62,6 +64,7 @@ def build_contract(cells: list[Cell], env: Mapping[str, str]) -> dict[str, Any]:
         "queue": {"cells": len(cells), "sha256": _queue_sha256(cells)},
         "seeds": _seeds_section(knobs, cells, bundle),
         "code": {"paths": list(CODE_PATHS), "sha256": code_sha256()},
+        "sim_stack": sim_stack(knobs["BENCHMARK"], knobs["SIM_PIN"]),
     }
     server = policy_server_section(env)  # an external policy server: what it announced
     if server is not None:
@@ -107,6 +110,15 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
+def _hint(key: str) -> str:
+    """What a difference in `key` means, said after its line."""
+    if key == "code.sha256":
+        return f" (the code under {', '.join(CODE_PATHS)} changed since the run was created)"
+    if key.startswith("sim_stack."):
+        return " (another simulator release: install the run's, or create a new run on this one)"
+    return ""
+
+
 def diff_contracts(expected: dict[str, Any], actual: dict[str, Any], actual_label: str) -> list[str]:
     """One line per differing leaf, naming it and both values (one line for a section one side lacks)."""
     lines = []
@@ -123,12 +135,7 @@ def diff_contracts(expected: dict[str, Any], actual: dict[str, Any], actual_labe
         a, b = want.get(key), have.get(key)
         if a != b:
             name = f"knob {key.removeprefix('knobs.')}" if key.startswith("knobs.") else key
-            hint = (
-                f" (the code under {', '.join(CODE_PATHS)} changed since the run was created)"
-                if key == "code.sha256"
-                else ""
-            )
-            lines.append(f"{name}: run.yaml has {a!r}, {actual_label} has {b!r}{hint}")
+            lines.append(f"{name}: run.yaml has {a!r}, {actual_label} has {b!r}{_hint(key)}")
     return lines
 
 
@@ -164,10 +171,11 @@ def _sim_pin_problems(sim_pin: str) -> list[str]:
 
 
 def verify_environment(
-    run_dir: Path | str, env: Mapping[str, str] = os.environ, check_pin: bool = True
+    run_dir: Path | str, env: Mapping[str, str] = os.environ, check_installed: bool = True
 ) -> str:
-    """The contract hash, after checking `env` against the run's manifest (`check_pin`: also that this
-    Python has SIM_PIN installed, which only a node's staged sim env has)."""
+    """The contract hash, after checking `env` against the run's manifest (`check_installed`: also
+    that this Python has SIM_PIN and the run's simulator stack installed, which only a sim env
+    has: a launcher's check leaves them to the workers)."""
     run = RunDir(Path(run_dir))
     manifest = load_manifest(run.root)
     cells = read_queue(run.queue)
@@ -183,6 +191,8 @@ def verify_environment(
     except (SeedBankError, ManifestError, FileNotFoundError) as exc:
         raise ContractMismatch(f"cannot verify the environment against {run.manifest}:", [str(exc)]) from None
     adopt_unit_seeds(expected, actual)
+    if not check_installed:
+        actual["sim_stack"] = expected.get("sim_stack")
     differences = diff_contracts(expected, actual, "the environment")
     n = eval_test_num(env)
     limit = entry[1] if entry is not None else manifest.eval_test_num
@@ -191,12 +201,10 @@ def verify_environment(
             f"EVAL_TEST_NUM: run.yaml allows {limit} for SEEDS_ROOT={seeds_root!r}, the environment has {n}; "
             "raise it with a fill-in (orchestrators/fillin.sh)"
         )
-    if check_pin:
+    if check_installed:
         differences += _sim_pin_problems(actual["knobs"]["SIM_PIN"])
     if differences:
         raise ContractMismatch(
             f"the environment does not match the run's contract ({run.manifest}):", differences
         )
     return contract_hash(manifest)
-
-

@@ -9,7 +9,6 @@ the benchmark and policy loaders may be imported.
 from __future__ import annotations
 
 import getpass
-import importlib.metadata
 import os
 import shutil
 import socket
@@ -39,8 +38,6 @@ from harness.config.rundir import QueueFileError, RunDir, read_queue
 from harness.config.seedbank import resolve_root
 from harness.config.stoprule import BASELINE_INFO, check_stop_rule
 
-SIMULATOR_DISTS = ("sapien", "mani_skill")
-
 
 def _git_version() -> dict[str, str]:
     def git(*args: str) -> str:
@@ -51,16 +48,6 @@ def _git_version() -> dict[str, str]:
 
     commit = git("rev-parse", "HEAD")
     return {"git_commit": commit, "git_describe": git("describe", "--always", "--dirty")} if commit else {}
-
-
-def _simulator_versions() -> dict[str, str]:
-    versions = {}
-    for dist in SIMULATOR_DISTS:
-        try:
-            versions[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            versions[dist] = "not installed"
-    return versions
 
 
 def create_run(
@@ -106,7 +93,6 @@ def create_run(
             "queue_source": str(Path(queue_file).resolve()),
             "seeds_dir": str(resolve_root(contract["knobs"]["SEEDS_ROOT"], str(bundle_root(env)))),
             "checkpoint_path": str(resolve_checkpoint(contract["knobs"]["CKPT_NAME"], env) or ""),
-            "simulator": _simulator_versions(),
             "unit_split": unit_split,
             **({"step_limits": dict(step_limits)} if step_limits else {}),
             **({BASELINE_INFO: rule.baseline_path} if rule.baseline_path else {}),
@@ -139,5 +125,3 @@ def _same_run(run: RunDir, contract: dict[str, Any], n: int) -> Manifest:
             ],
         )
     return existing
-
-

@@ -33,7 +33,7 @@ def check_run(run: RunDir, env: Mapping[str, str] = os.environ) -> str | None:
     try:
         check_node_knobs(env)
         if run.manifest.exists():
-            verify_environment(run.root, env, check_pin=False)
+            verify_environment(run.root, env, check_installed=False)
         if not run_units(run):
             return f"{run.queue} plans no unit"
     except (ContractMismatch, ManifestError, QueueFileError, SeedBankError, ValueError) as exc:

@@ -41,12 +41,12 @@ def test_the_contract_records_the_server_and_refuses_another(
     section = load_manifest(run).contract["policy_server"]
     assert section["protocol"] == "vla-eval" and section["policy"] == "vla-hold"
     assert len(section["metadata_sha256"]) == 64 and len(section["map_sha256"]) == 64
-    verify_environment(run, {**env, "POLICY_SERVER": vla_server("hold")}, check_pin=False)  # same model
+    verify_environment(run, {**env, "POLICY_SERVER": vla_server("hold")}, check_installed=False)  # same model
     with pytest.raises(ContractMismatch, match=r"policy_server\.metadata_sha256: run\.yaml has"):
-        verify_environment(run, {**env, "POLICY_SERVER": vla_server("declare_9")}, check_pin=False)
+        verify_environment(run, {**env, "POLICY_SERVER": vla_server("declare_9")}, check_installed=False)
     gone = f"127.0.0.1:{free_port()}"
     with pytest.raises(ContractMismatch, match=f"POLICY_SERVER={gone}: cannot read its metadata"):
-        verify_environment(run, {**env, "POLICY_SERVER": gone}, check_pin=False)
+        verify_environment(run, {**env, "POLICY_SERVER": gone}, check_installed=False)
 
 
 def test_a_sim_client_refuses_a_server_other_than_the_contracts(

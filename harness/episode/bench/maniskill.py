@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from harness.config import knobs
+from harness.config.simstack import sim_stack, stack_text
 from harness.episode.bench import ExpertResult
 from harness.episode.bench.conventions import get_convention
 from harness.episode.bench.maniskill_actions import arm_state, check_controller, controller_input
@@ -31,16 +32,13 @@ class ManiSkillBenchmark:
     seed_space = range(2**32)
 
     def __init__(self) -> None:
-        import mani_skill
-        import sapien
-
         # ManiSkill runs a full gc.collect() whenever an env's scene is cleared (for GPU memory): in
         # a process holding torch and SAPIEN that is ~90 ms, twice an episode. Freezing the heap
         # imported so far leaves those collections only the objects made since (the envs): 0.1 ms.
         gc.freeze()
 
         self.table = load_table()
-        self.version = f"mani-skill=={mani_skill.__version__} sapien=={sapien.__version__}"
+        self.version = stack_text(sim_stack("maniskill"))
         self.image_size = knobs.get_int("IMAGE_SIZE")
         self.shader = knobs.get("RENDER_SHADER")
         self.primary_cam = knobs.get("PRIMARY_CAM")

@@ -22,7 +22,6 @@ space, so a run planning seeds beyond it is refused when it is created.
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 import random
 import sys
 from typing import Any
@@ -31,26 +30,16 @@ import numpy as np
 import yaml
 
 from harness.config import knobs
+from harness.config.simstack import VLA_EVAL_PREFIX, sim_stack, stack_text
 from harness.episode.bench import ExpertResult
 from harness.episode.bench.conventions import Convention
 
-PREFIX = "vla-eval:"
+PREFIX = VLA_EVAL_PREFIX
 DEFAULT_MAX_STEPS = 300  # vla-eval's orchestrator default when the metadata states none
-# simulators vla-eval's adapters run on: those installed go into every record's sim_version
-SIMULATOR_PACKAGES = (
-    "mani-skill",
-    "sapien",
-    "mikasa-robo-suite",
-    "mujoco",
-    "robosuite",
-    "libero",
-    "pybullet",
-)
 
 
 class VlaEvalBenchmark:
     def __init__(self, import_string: str, params_text: str) -> None:
-        import vla_eval
         from vla_eval.benchmarks.base import StepBenchmark
         from vla_eval.registry import resolve_import_string
 
@@ -93,7 +82,7 @@ class VlaEvalBenchmark:
         if "max_episodes_per_task" in metadata:  # LIBERO's 50 init states: seeds beyond are refused
             self.seed_space = range(int(metadata["max_episodes_per_task"]))
         self._tasks = {str(task.get("name", task)): dict(task) for task in self.bench.get_tasks()}
-        self.version = " ".join([f"vla-eval=={vla_eval.__version__}", *_installed(SIMULATOR_PACKAGES)])
+        self.version = stack_text(sim_stack(PREFIX + import_string))  # vla-eval and its simulators
         self.video_cam = knobs.get("VIDEO_CAM")
 
     def tasks(self) -> list[str]:
@@ -220,13 +209,3 @@ def _seed_global_rngs(seed: int) -> None:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.manual_seed(seed)
-
-
-def _installed(names: tuple[str, ...]) -> list[str]:
-    found = []
-    for name in names:
-        try:
-            found.append(f"{name}=={importlib.metadata.version(name)}")
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return found
