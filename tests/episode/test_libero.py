@@ -55,6 +55,24 @@ def test_the_oracle_solves_libero_object_through_the_real_worker_and_resumes(tmp
 
 
 @pytest.mark.sim
+def test_the_oracle_solves_the_bowl_on_the_ramekin_on_the_pinned_mujoco(tmp_path: Path) -> None:
+    """libero_spatial task 5, the init state LeRobot #4390 saw break on MuJoCo >= 3.4: on 3.3.2 the
+    bowl sits on the ramekin (tilted), and the oracle pinches its wall (policy/libero_oracle)."""
+    task = "pick up the black bowl on the ramekin and place it on the plate"
+    argv, env = debug_worker(
+        tmp_path, "spatial5", f"libero {task}\n",
+        BENCHMARK="libero", BENCH_CONFIG="libero_spatial", BENCH_PARAMS=ORACLE_PARAMS, POLICY="libero_oracle",
+        USE_EVAL_SEEDS="0", EVAL_TEST_NUM="1", RECORD_VIDEO="0",
+    )  # fmt: skip
+    env.pop("ACTION_CONVENTION", None)
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    [record] = read_tree(RunDir(tmp_path / "spatial5").results).records.values()
+    assert record["success"] is True and record["steps"] < 150, record
+    assert "mujoco==3.3.2" in record["sim_version"]
+
+
+@pytest.mark.sim
 def test_an_episode_observes_like_vla_eval_and_refuses_bad_actions(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BENCH_PARAMS", "{image_size: 64}")
     monkeypatch.delenv("ACTION_CONVENTION", raising=False)
@@ -98,7 +116,8 @@ def _new_run(tmp_path: Path, queue_line: str, **knobs: str) -> subprocess.Comple
     [
         (f"libero {TASK}", {"BENCH_CONFIG": "libero_x"}, "BENCH_CONFIG='libero_x': not a LIBERO suite"),
         (
-            f"libero {TASK}", {"BENCH_CONFIG": "libero_object_shuffle"},
+            f"libero {TASK}",
+            {"BENCH_CONFIG": "libero_object_shuffle"},
             "(?m)unknown LIBERO-PRO perturbation 'shuffle' of libero_object; known: libero_object_lan, "
             "libero_object_object, libero_object_swap, libero_object_task$",
         ),
@@ -107,6 +126,11 @@ def _new_run(tmp_path: Path, queue_line: str, **knobs: str) -> subprocess.Comple
         (f"libero {TASK}", {"EVAL_TEST_NUM": "51"}, r"seed\(s\) \[50\] from EVAL_TEST_NUM=51"),
         (f"libero {TASK}", {"BENCH_PARAMS": "{cameras: 2}"}, r"unknown LIBERO setting\(s\) \['cameras'\]"),
         (f"libero {TASK}", {"POLICY": "hold"}, r"policy emits \['ee6d', 'joint_pos'\]"),
+        (
+            f"libero {TASK}",
+            {"BENCH_PARAMS": '{mujoco: "3.17.0"}'},
+            r"BENCH_PARAMS mujoco='3.17.0': this sim env has mujoco 3\.3\.2",
+        ),
     ],
 )
 def test_bad_libero_inputs_are_refused_when_the_run_is_created(

@@ -72,6 +72,7 @@ def test_vla_eval_runner_and_our_worker_agree_per_episode(tmp_path: Path) -> Non
             ours = pool_outcomes(tmp_path / variant / "ours")
             assert len(theirs) == len(TASKS) * INIT_STATES, theirs
             found += mismatches(variant, theirs, ours)
+            print(f"{variant}: (success, steps) by (task, init state): vla-eval {theirs}; ours {ours}")
             outcomes[variant] = ours
         assert not found, "\n".join(found)
         assert all(success for success, _ in outcomes["oracle"].values()), outcomes
