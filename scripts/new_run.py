@@ -22,13 +22,12 @@ from pathlib import Path
 from harness.config.contract import verify_environment
 from harness.config.failures import run_command
 from harness.config.manifest import ContractMismatch, Manifest, ManifestError, contract_hash
-from harness.config.manifest_fillin import record_fillin
 from harness.config.paths import run_dir
 from harness.config.plan import run_units
 from harness.config.rundir import QueueFileError, RunDir
 from harness.config.seedbank import SeedBankError
 from harness.config.validate import run_arg_problem
-from harness.launch.newrun import new_run
+from harness.launch.newrun import new_fillin, new_run
 
 
 def _summary(run_dir: str, manifest: Manifest) -> str:
@@ -67,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             print(verify_environment(run))
             return 0
         if args.fill_in:
-            manifest = record_fillin(run, eval_test_num=args.test_num, seeds_root=args.seeds_root)
+            manifest = new_fillin(run, args.test_num, args.seeds_root)
         elif args.queue is None:
             parser.error("creating a run needs --queue FILE")
         else:

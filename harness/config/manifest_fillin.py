@@ -26,6 +26,7 @@ from harness.config.manifest import (
 from harness.config.paths import bundle_root
 from harness.config.rundir import Cell, RunDir, read_queue
 from harness.config.seedbank import bank_sha256, read_bank, resolve_root
+from harness.config.validate import some_of
 
 
 def _all_banks(manifest: Manifest, cells: list[Cell], bundle: str) -> dict[str, dict[Cell, list[int]]]:
@@ -98,9 +99,7 @@ def _disjoint_bank(manifest: Manifest, run: RunDir, root: str, env: Mapping[str,
         for cell in cells:
             shared = sorted(set(bank[cell]) & set(other[cell]))
             if shared:
-                overlaps.append(f"{cell.scene} {cell.task}: seeds {shared[:5]} are also in {other_root}")
+                overlaps.append(f"{cell.scene} {cell.task}: seeds {some_of(shared)} are also in {other_root}")
     if overlaps:
         raise ContractMismatch(f"seed bank {root} is not disjoint from the run's banks:", overlaps)
     return {"sha256": bank_sha256(bank, config), "min_per_unit": min(len(s) for s in bank.values())}
-
-

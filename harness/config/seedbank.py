@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from harness.config.rundir import Cell, task_config_name
+from harness.config.validate import some_of
 from harness.queue.units import path_part
 
 
@@ -61,7 +62,7 @@ def seeds_outside(
 ) -> list[str]:
     """One line per bank file holding a seed outside `space`, the seeds `benchmark` accepts."""
     return [
-        f"seed bank file {bank_file(root, cell, bench_config)}: seed {bad[0]} is outside what "
+        f"seed bank file {bank_file(root, cell, bench_config)}: seed(s) {some_of(bad)} are outside what "
         f"BENCHMARK={benchmark} accepts ({space.start}..{space.stop - 1})"
         for cell, seeds in bank.items()
         if (bad := [s for s in seeds if s not in space])

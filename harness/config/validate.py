@@ -19,6 +19,12 @@ from harness.config.knobs import KNOBS
 from harness.config.knobtypes import run_name_problem
 
 
+def some_of(items: list, shown: int = 5) -> str:
+    """`[50, 51, 52, 53, 54] and 45 more`: a long list in a message, saying how much was left out."""
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return f"{items[:shown]}{more}"
+
+
 def problem_list(headline: str, problems: list[str]) -> str:
     """The message of a refusal: the headline, then one indented line per problem."""
     return headline + "".join(f"\n  - {p}" for p in problems)

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import os
 import sys
-from functools import partial
 
 from harness.config.failures import run_command
 from harness.config.manifest import load_manifest
-from harness.config.manifest_fillin import record_fillin
 from harness.config.paths import run_dir
 from harness.config.rundir import RunDir
 from harness.launch import orchestrator
 from harness.launch.drive import Settings, check_caller_env, complete_run
-from harness.launch.newrun import fillin_seed_problems
+from harness.launch.newrun import new_fillin
 from harness.launch.progress import results_table
 
 
@@ -42,9 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         run = RunDir(run_dir(args.run))
         frozen = load_manifest(run.root)
         check_caller_env(frozen, os.environ, run)
-        os.environ.update(frozen.knobs)  # the check loads the run's benchmark, as its workers will
-        check = partial(fillin_seed_problems, run.root)  # LIBERO: no seed past its 50 init states
-        manifest = record_fillin(run.root, args.test_num, args.seeds_root, check=check)
+        manifest = new_fillin(run.root, args.test_num, args.seeds_root)  # LIBERO: no seed past 49
         final = complete_run(run, manifest, settings, "fillin", orchestrator.say)
         orchestrator.say("\n" + results_table([(args.run, run, manifest)], "run"))
         return 0 if final.complete else 1

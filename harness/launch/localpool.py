@@ -22,7 +22,7 @@ from harness.config.failures import FAILED, REFUSED, run_command
 from harness.config.paths import CODE_ROOT, run_dir
 from harness.config.rundir import RunDir
 from harness.launch import pools
-from harness.launch.preflight import check_run, first_failure, first_refusal
+from harness.launch.preflight import causes, check_run, first_failure, first_refusal
 from harness.results.organize import default_out
 from harness.results.status import collect
 
@@ -87,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         failure = first_failure(run.logs)
         if failure:
             print(f"[pool] a worker failed: {failure}", flush=True)
-        why = failure.splitlines()[0] if failure else f"nodes finished with status {code}"
+        found = causes(run.logs)
+        for cause in found:
+            print(f"[pool] cause: {cause}", flush=True)
+        why = found[0] if found else f"nodes finished with status {code}"
         print(f"run_local: failed: {why}", file=sys.stderr)
         return FAILED
     if args.results:

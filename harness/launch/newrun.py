@@ -14,19 +14,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 
 from harness.config.checkpoint import checkpoint_problems, needs_problem
 from harness.config.create import create_run
 from harness.config.knobs import contract_knobs, get_int
 from harness.config.knobtypes import run_name_problem
-from harness.config.manifest import Manifest, ManifestError
+from harness.config.manifest import Manifest, ManifestError, load_manifest
+from harness.config.manifest_fillin import record_fillin
 from harness.config.paths import bundle_root, resolve_checkpoint
 from harness.config.plan import planned_seeds
 from harness.config.policymap import PolicyMapError, load_policy_map
 from harness.config.rundir import Cell, read_queue
 from harness.config.seedbank import SeedBankError, read_bank, resolve_root, seeds_outside, uses_bank
-from harness.config.validate import knob_problems, problem_list
+from harness.config.validate import knob_problems, problem_list, some_of
 from harness.episode.bench import Benchmark, load_benchmark
 from harness.launch.benchparams import params_problems
 from harness.model.wrapper import PolicyRefused, policy_dir, stated_checkpoint, stated_conventions
@@ -99,12 +101,16 @@ def _seed_problems(
     if not uses_bank(knobs["USE_EVAL_SEEDS"]):
         n = get_int("EVAL_TEST_NUM", env, minimum=1)
         outside = [seed for seed in range(n) if space is not None and seed not in space]
-        return [
-            f"unit '{cell.scene} {cell.task}': seed(s) {outside[:5]} from EVAL_TEST_NUM={n} "
-            f"(USE_EVAL_SEEDS=0) are outside the seeds {knobs['BENCHMARK']} can build, "
-            f"{space.start}..{space.stop - 1}"
-            for cell in cells
-        ] if outside and space is not None else []
+        return (
+            [
+                f"unit '{cell.scene} {cell.task}': seed(s) {some_of(outside)} from EVAL_TEST_NUM={n} "
+                f"(USE_EVAL_SEEDS=0) are outside the seeds {knobs['BENCHMARK']} can build, "
+                f"{space.start}..{space.stop - 1}"
+                for cell in cells
+            ]
+            if outside and space is not None
+            else []
+        )
     root = resolve_root(knobs["SEEDS_ROOT"], str(bundle_root(env)))
     try:
         bank = read_bank(root, cells, knobs["BENCH_CONFIG"])
@@ -129,7 +135,7 @@ def fillin_seed_problems(run_dir: Path, manifest: Manifest, env: Mapping[str, st
     for cell, seeds in planned_seeds(run_dir, manifest, env).items():
         if outside := [seed for seed in seeds if seed not in space]:
             lines.append(
-                f"unit '{cell.scene} {cell.task}': seed(s) {outside[:5]} (EVAL_TEST_NUM="
+                f"unit '{cell.scene} {cell.task}': seed(s) {some_of(outside)} (EVAL_TEST_NUM="
                 f"{manifest.eval_test_num}) are outside the seeds {manifest.knobs['BENCHMARK']} can "
                 f"build, {space.start}..{space.stop - 1}"
             )
@@ -171,3 +177,13 @@ def new_run(run_dir: Path | str, queue_file: Path | str, env: Mapping[str, str] 
     """`create_run` after `check_runnable`: the one way the launchers create a run."""
     step_limits = check_runnable(queue_file, env, Path(run_dir))
     return create_run(run_dir, queue_file, env, step_limits)
+
+
+def new_fillin(run_dir: Path | str, eval_test_num: int | None, seeds_root: str | None) -> Manifest:
+    """`record_fillin` held to the benchmark's seed space, as `new_run` holds a creation: the one way
+    the launchers record a fill-in (`new_run.py --fill-in`, `orchestrators/fillin.sh`). The benchmark
+    is loaded under the run's frozen knobs, which this process takes on (as the fill-in's workers
+    will: a LIBERO suite's BENCH_PARAMS, for one)."""
+    os.environ.update(load_manifest(run_dir).knobs)
+    check = partial(fillin_seed_problems, Path(run_dir))
+    return record_fillin(run_dir, eval_test_num, seeds_root, check=check)

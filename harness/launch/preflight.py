@@ -24,6 +24,8 @@ from harness.config.validate import check_node_knobs
 
 REFUSALS = ("refusing to run:", "] error:")  # what workers and node scripts log when input is refused
 FAILURES = ("cannot run:",)  # what a worker logs when the machine or a peer let it down
+EXITED = ("worker: ", "node: ")  # how run_command's line starts in these logs (harness.config.failures)
+DISK_FULL = "No space left on device"  # named first: the one cause that stops every node at once
 
 
 def check_run(run: RunDir, env: Mapping[str, str] = os.environ) -> str | None:
@@ -49,6 +51,22 @@ def first_refusal(logs: Path) -> str | None:
 def first_failure(logs: Path) -> str | None:
     """The first failure (not a refusal) a worker logged under `logs`, with its detail lines."""
     return _first_logged(logs, FAILURES)
+
+
+def causes(logs: Path) -> list[str]:
+    """Each log's last error line (`<log>: <line>`), a full disk first: why nodes exited non-zero.
+    Why the last: a worker that failed logs its cause last (run_command's line, or `cannot run:`)."""
+    found = []
+    for log in sorted(logs.glob("node-*.log")) + sorted(logs.glob("worker-*.log")):
+        try:
+            lines = log.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        marks = REFUSALS + FAILURES
+        errors = [line.strip() for line in lines if line.startswith(EXITED) or any(m in line for m in marks)]
+        if errors:
+            found.append(f"{log.name}: {errors[-1]}")
+    return sorted(found, key=lambda cause: DISK_FULL not in cause)
 
 
 def _first_logged(logs: Path, marks: tuple[str, ...]) -> str | None:

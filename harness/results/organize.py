@@ -19,7 +19,7 @@ from harness.results import ResultsError
 from harness.results.adaptive import load_adaptive
 from harness.results.aggregate import Summary, summarize
 from harness.results.chart import write_chart
-from harness.results.load import LoadedRun, load_run, resolve_run, split_by_contract
+from harness.results.load import LoadedRun, episode_key, load_run, resolve_run, split_by_contract
 from harness.results.report import render
 from harness.results.tables import scene_text, to_csv, to_json, total_text
 from harness.results.videos import build_tree
@@ -87,8 +87,9 @@ def _write(
             log(f"videos ({options.videos}): {done}/{total} episodes")
 
     videos = build_tree(loaded.run, records, out, options.videos, progress)
-    missing = len(records) - len(videos)
-    warnings = loaded.warnings() + ([f"{missing} episode(s) have no video file"] if missing else [])
+    missing = sum(1 for r in records if r.get("video") and episode_key(r) not in videos)  # none when off
+    lacking = [f"{missing} episode(s) lack the video file their record names"] if missing else []
+    warnings = loaded.warnings() + lacking
     if missing:
         log(f"warning: {warnings[-1]}")
     meta = {

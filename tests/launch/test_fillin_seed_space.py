@@ -54,3 +54,42 @@ def test_a_fillin_past_libero_init_states_is_refused_and_changes_nothing(tmp_pat
     )  # fmt: skip
     assert within.returncode == 0, within.stderr
     assert "eval_test_num: 50" in manifest.read_text()
+
+
+def _new_run(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "new_run.py"), "r", *args],
+        env=env, capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+
+
+def _bank(root: Path, seeds: list[int]) -> None:
+    path = root / TASK / "libero_libero_object.txt"
+    path.parent.mkdir(parents=True)
+    path.write_text(" ".join(map(str, seeds)) + "\n")
+
+
+def test_new_run_fill_ins_are_held_to_the_seed_space_as_fillin_sh_is(tmp_path: Path) -> None:
+    """`new_run.py --fill-in` (raised EVAL_TEST_NUM, or a bank listing init state 77) is refused
+    like `fillin.sh`: one line naming the seeds, exit 2, run.yaml unchanged. It used to be recorded,
+    and the seeds then errored three times each and were quarantined for good."""
+    (tmp_path / "queue.txt").write_text(f"libero {TASK}\n")
+    env = {**_env(tmp_path), "EVAL_TEST_NUM": "2"}
+    assert _new_run(tmp_path, env, "--queue", str(tmp_path / "queue.txt")).returncode == 0
+    manifest = tmp_path / "r" / "run.yaml"
+    before = manifest.read_bytes()
+    raised = _new_run(tmp_path, env, "--fill-in", "--test-num", "60")
+    assert raised.returncode == 2, raised.stdout + raised.stderr
+    assert "seed(s) [50, 51, 52, 53, 54] and 5 more (EVAL_TEST_NUM=60) are outside" in raised.stderr
+    assert "Traceback" not in raised.stderr and manifest.read_bytes() == before
+
+    _bank(tmp_path / "bank1", [0, 1])
+    _bank(tmp_path / "bank2", [2, 77])
+    banked = {**env, "USE_EVAL_SEEDS": "1", "SEEDS_ROOT": str(tmp_path / "bank1")}
+    (tmp_path / "r").rename(tmp_path / "r_unbanked")
+    assert _new_run(tmp_path, banked, "--queue", str(tmp_path / "queue.txt")).returncode == 0
+    before = manifest.read_bytes()
+    added = _new_run(tmp_path, banked, "--fill-in", "--seeds-root", str(tmp_path / "bank2"))
+    assert added.returncode == 2, added.stdout + added.stderr
+    assert "seed(s) [77] (EVAL_TEST_NUM=2) are outside" in added.stderr, added.stderr
+    assert manifest.read_bytes() == before

@@ -147,7 +147,7 @@ NEW_RUN_CASES = [
      {"POLICY": "reference", "CKPT_NAME": "ck_truncated"}, "model.safetensors: truncated or corrupt"),
     ("seed -1 in the bank", "c14", Q, {"SEEDS_ROOT": "negbank"}, "seed -1: expected integers >= 0"),
     ("seed 4294967296 on ManiSkill", "c15", MQ, {**MANISKILL, "SEEDS_ROOT": "msbank"},
-     "seed 4294967296 is outside what BENCHMARK=maniskill accepts (0..4294967295)"),
+     "seed(s) [4294967296] are outside what BENCHMARK=maniskill accepts (0..4294967295)"),
     ("empty run name", "", Q, {}, "run '': expected a run name"),
     ("run name ../escape", "../escape", Q, {}, "run '../escape': expected a run name"),
     ("run name a/b", "a/b", Q, {}, "run 'a/b': expected a run name"),

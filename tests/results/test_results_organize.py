@@ -153,3 +153,19 @@ def test_cells_of_none_and_all_successes_organize_and_chart(tmp_path: Path) -> N
     for k, n in [(0, 3), (0, 7), (10, 10), (3, 3)]:
         lo, hi = wilson(k, n)
         assert 0 <= lo <= k / n <= hi <= 1
+
+
+def test_video_warnings_only_for_videos_records_name(tmp_path: Path) -> None:
+    """RECORD_VIDEO=0 records name no video: no warning; a record naming a file that is gone: one."""
+    run = new_run(tmp_path)
+    off = [{**record("table", "pick_cube", seed, True), "video": None} for seed in range(3)]
+    write_records(run, off, videos=False)
+    logs: list[str] = []
+    [out] = organize(Options(str(run.root), "m1", tmp_path / "off", "link"), logs.append)
+    assert not any(line.startswith("warning") for line in logs), logs
+    assert json.loads((out / "results.json").read_text())["warnings"] == []
+    write_records(run, [record("table", "pick_cube", 7, True)], videos=False)  # names seed7.mp4, absent
+    [out] = organize(Options(str(run.root), "m1", tmp_path / "named", "link"), logs.append)
+    assert json.loads((out / "results.json").read_text())["warnings"] == [
+        "1 episode(s) lack the video file their record names"
+    ]

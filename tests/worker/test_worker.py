@@ -144,8 +144,14 @@ def test_episode_code_edited_after_the_workers_check_is_refused_by_the_sim_clien
 def test_a_frozen_worker_starts_no_episode_while_another_worker_takes_its_unit(tmp_path: Path) -> None:
     """SIGSTOP past LEASE_TTL: its sim client used to record on through the freeze (issue 15.8)."""
     run = make_run(tmp_path / "run", [("s", "t0")])
-    env = pool_env(run, EVAL_TEST_NUM="8", LEASE_TTL="3", LEASE_SKEW_S="0.5", FASTBENCH_STEPS="10",
-                   FASTBENCH_STEP_MS="100")  # fmt: skip  (1 s episodes)
+    env = pool_env(
+        run,
+        EVAL_TEST_NUM="8",
+        LEASE_TTL="3",
+        LEASE_SKEW_S="0.5",
+        FASTBENCH_STEPS="10",
+        FASTBENCH_STEP_MS="100",
+    )  # fmt: skip  (1 s episodes)
     frozen = start_worker(env, "w0", tmp_path / "w0.log")
     other = None
     try:
@@ -175,24 +181,30 @@ def _epoch(iso: str) -> float:
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path):
-    """A 256 KiB tmpfs: a real full disk (ENOSPC) for the run dir."""
+def small_disk(tmp_path: Path, request: pytest.FixtureRequest):
+    """A tmpfs (256 KiB, or the size the test's `disk_size` mark gives): a real full disk (ENOSPC)."""
+    mark = request.node.get_closest_marker("disk_size")
     mount = tmp_path / "disk"
     mount.mkdir()
-    argv = ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)]
+    argv = ["mount", "-t", "tmpfs", "-o", f"size={mark.args[0] if mark else '256k'}", "tmpfs", str(mount)]
     done = subprocess.run(argv, capture_output=True)
     assert done.returncode == 0, f"cannot mount a tmpfs (needs root): {done.stderr.decode()}"
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+def fill(disk: Path, leave: int = 0) -> None:
+    """Fill `disk` to its last block, then free `leave` bytes."""
+    with open(disk / "filler", "ab", buffering=0) as filler, contextlib.suppress(OSError):
+        while True:
+            filler.write(b"x" * 4096)
+    os.truncate(disk / "filler", os.path.getsize(disk / "filler") - leave)
+
+
 def test_a_full_disk_stops_the_worker_with_one_line_naming_the_file(tmp_path: Path, small_disk: Path) -> None:
     run = make_run(small_disk / "run", [("s", "t0")])
     env = pool_env(run)
-    # fill the disk to the last block
-    with open(small_disk / "filler", "ab", buffering=0) as filler, contextlib.suppress(OSError):
-        while True:
-            filler.write(b"x" * 4096)
+    fill(small_disk)
     proc = start_worker(env, "w0", tmp_path / "w0.log")
     try:
         code = proc.wait(60)
@@ -202,6 +214,31 @@ def test_a_full_disk_stops_the_worker_with_one_line_naming_the_file(tmp_path: Pa
     assert code == 1, log
     assert "No space left on device" in log and "Traceback" not in log, log
     assert f"worker: {small_disk}" in log  # the message names the file it could not write
+
+
+@pytest.mark.disk_size("2m")
+def test_a_pool_stopped_by_a_full_disk_names_the_cause(tmp_path: Path, small_disk: Path) -> None:
+    """The pool's summary names each log's last error, a full disk first (it used to say only
+    `nodes finished with status 1`, the cause left in the workers' logs)."""
+    run = make_run(small_disk / "runs" / "demo", [("s", f"t{i}") for i in range(4)])
+    env = pool_env(run, UNIT_SEEDS="1", NODE_CACHE=str(tmp_path / "cache"), EVAL_TEST_NUM="400")
+    env.update(RUNS_ROOT=str(small_disk / "runs"), STUDY_RUN="demo", FASTBENCH_STEPS="1")
+    del env["RUN_DIR"]
+    env.pop("STAGE_ENVS", None)
+    fill(small_disk, leave=256 * 1024)  # room for the logs and a few hundred episodes, then ENOSPC
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "run_local.sh"), "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(
+        rf"run_local: failed: worker-\S+\.log: worker: {small_disk}/\S+: No space left on device", last
+    ), done.stdout + done.stderr
+    assert "[pool] cause: worker-" in done.stdout and "Traceback" not in done.stdout + done.stderr
 
 
 def test_the_temp_dir_of_a_killed_worker_is_swept_by_the_next_one(tmp_path: Path) -> None:
