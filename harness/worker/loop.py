@@ -110,7 +110,6 @@ class Worker:
 
     def run_all(self) -> int:
         try:
-            knobs.get_choice("QUEUE_MODE", knobs.QUEUE_MODES)
             count = slot_count.parse(knobs.get("SIMS_PER_WORKER"))
             if knobs.get_bool("SIM_AS_SERVER") and count != 1:
                 raise ValueError("knob SIMS_PER_WORKER: must be 1 with SIM_AS_SERVER=1 (one listening sim)")
