@@ -20,8 +20,9 @@ from harness.config.manifest import load_manifest
 from harness.config.manifest_fillin import record_fillin
 from harness.config.paths import run_dir
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.launch import orchestrator
-from harness.launch.drive import Settings, check_caller_env, complete_run
+from harness.launch.drive import PoolLaunch, check_caller_env, complete_run
 from harness.launch.newrun import fillin_seed_problems
 from harness.launch.progress import results_table
 
@@ -38,14 +39,14 @@ def main(argv: list[str] | None = None) -> int:
         p.error("give --test-num N, --seeds-root BANK, or both")
 
     def body() -> int:
-        settings = Settings.from_env(os.environ, args.nodes, args.progress_every)
+        launch = PoolLaunch.of(Settings.from_env(os.environ), os.environ, args.nodes, args.progress_every)
         run = RunDir(run_dir(args.run))
         frozen = load_manifest(run.root)
         check_caller_env(frozen, os.environ, run)
         os.environ.update(frozen.knobs)  # the check loads the run's benchmark, as its workers will
         check = partial(fillin_seed_problems, run.root)  # LIBERO: no seed past its 50 init states
         manifest = record_fillin(run.root, args.test_num, args.seeds_root, check=check)
-        final = complete_run(run, manifest, settings, "fillin", orchestrator.say)
+        final = complete_run(run, manifest, launch, "fillin", orchestrator.say)
         orchestrator.say("\n" + results_table([(args.run, run, manifest)], "run"))
         return 0 if final.complete else 1
 

@@ -33,7 +33,6 @@ PENDING = {
     "harness/episode/simclient.py",
     "harness/episode/simserver.py",
     "harness/launch/debug_episode.py",
-    "harness/launch/drive.py",
     "harness/launch/newrun.py",
     "harness/model/requests.py",
     "harness/model/server.py",
