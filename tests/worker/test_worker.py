@@ -20,6 +20,7 @@ import pytest
 
 from harness.config.manifest_fillin import record_fillin
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.episode.records import read_tree
 from harness.queue import slurmjob
 from harness.queue.listing import scan
@@ -144,8 +145,14 @@ def test_episode_code_edited_after_the_workers_check_is_refused_by_the_sim_clien
 def test_a_frozen_worker_starts_no_episode_while_another_worker_takes_its_unit(tmp_path: Path) -> None:
     """SIGSTOP past LEASE_TTL: its sim client used to record on through the freeze (issue 15.8)."""
     run = make_run(tmp_path / "run", [("s", "t0")])
-    env = pool_env(run, EVAL_TEST_NUM="8", LEASE_TTL="3", LEASE_SKEW_S="0.5", FASTBENCH_STEPS="10",
-                   FASTBENCH_STEP_MS="100")  # fmt: skip  (1 s episodes)
+    env = pool_env(
+        run,
+        EVAL_TEST_NUM="8",
+        LEASE_TTL="3",
+        LEASE_SKEW_S="0.5",
+        FASTBENCH_STEPS="10",
+        FASTBENCH_STEP_MS="100",
+    )  # fmt: skip  (1 s episodes)
     frozen = start_worker(env, "w0", tmp_path / "w0.log")
     other = None
     try:
@@ -213,7 +220,7 @@ def test_the_temp_dir_of_a_killed_worker_is_swept_by_the_next_one(tmp_path: Path
     for path in (stale, live, elsewhere):
         (path / "sub").mkdir(parents=True, exist_ok=True)
     try:
-        worker = Worker(make_run(tmp_path / "run", [("s", "t0")]), "w0")
+        worker = Worker(make_run(tmp_path / "run", [("s", "t0")]), "w0", Settings.from_env({}))
         assert not stale.exists() and live.exists()  # the dead pid's dir goes, a live pid's stays
         assert elsewhere.exists()  # pids of another namespace are not judged
         assert worker.tmp.exists()
@@ -226,7 +233,7 @@ def test_a_killed_sim_whose_episode_was_recorded_writes_nothing_and_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = make_run(tmp_path / "run", [("s", "t0")])
-    worker = Worker(run, "w0")
+    worker = Worker(run, "w0", Settings.from_env({}))
     unit = Unit("s", "t0", "s_clean", 0, 2, (0, 1))
     outcome = SimOutcome(returncode=-9, killed="stalled", seed=1)  # seed 1 had been recorded already
     slot = worker.add_slot()
