@@ -33,6 +33,7 @@ from harness.config.plan import run_units
 from harness.config.rundir import RunDir
 from harness.config.settings import Settings
 from harness.config.stopsignals import StopSignals
+from harness.config.validate import InputRefused
 from harness.episode.records import now_iso_microseconds, read_tree
 from harness.queue import slurmjob
 from harness.queue.lease import Lease
@@ -289,8 +290,10 @@ def main() -> int:
     worker_id = os.environ.get("WORKER_ID") or f"{socket.gethostname()}-{os.getpid()}"
     try:  # every knob this worker's node sets, against its declared type and range: all named at once
         settings = Settings.from_env(os.environ)
-    except ValueError as exc:
-        WorkerLog(worker_id)(f"refusing to run: {exc}")
+    except InputRefused as exc:
+        log = WorkerLog(worker_id)
+        for problem in exc.problems:
+            log(f"refusing to run: {problem}")
         return 2
     return Worker(run_dir_from_env(settings), worker_id, settings).main()
 
