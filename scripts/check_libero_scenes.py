@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.config.failures import Refused, run_command
+from harness.config.settings import Settings
 from harness.config.simstack import sim_stack
 from harness.episode.bench.libero_scenes import (
     INIT_STATES_CHECKED,
@@ -96,7 +98,8 @@ def main() -> int:
     )
     started = time.monotonic()
     seeds = tuple(args.init_states)
-    jobs = [(suite, chunk, seeds, reference) for suite in args.suites for chunk in _chunks(suite)]
+    settings = Settings.from_env(os.environ)
+    jobs = [(settings, suite, chunk, seeds, reference) for suite in args.suites for chunk in _chunks(suite)]
     results = []
     context = multiprocessing.get_context("spawn")  # MuJoCo's GL state does not survive a fork
     with context.Pool(args.jobs) as pool:

@@ -17,6 +17,7 @@ Example (the shipped checkpoint's data):
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -42,9 +43,10 @@ def render_demo(task: str, bench_config: str, seed: int, trace: np.ndarray, path
     """Replay `trace` with rendering and write the per-step samples; runs in a worker process."""
     global _BENCH
     if _BENCH is None:
+        from harness.config.settings import Settings
         from harness.episode.bench import load_benchmark
 
-        _BENCH = load_benchmark("maniskill")
+        _BENCH = load_benchmark("maniskill", Settings.from_env(os.environ))  # this pool process's own
     episode = _BENCH.make_episode(task, bench_config, seed, render=True)
     images, proprio, goal = [], [], []
     success = False

@@ -31,6 +31,7 @@ from harness.config.manifest import ContractMismatch, ManifestError
 from harness.config.paths import run_dir
 from harness.config.rundir import QueueFileError, RunDir
 from harness.config.seedbank import SeedBankError
+from harness.config.settings import Settings
 from harness.launch.debug import results_text, run_debug
 from harness.launch.debug_episode import run_inprocess
 
@@ -73,7 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.inprocess:
             logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
-            return run_inprocess(run, args.queue, args.task, args.scene, args.seed, say, complain)
+            return run_inprocess(
+                Settings.from_env(os.environ),
+                run,
+                args.queue,
+                args.task,
+                args.scene,
+                args.seed,
+                say,
+                complain,
+            )
         code, manifest = run_debug(run, args.queue)
     except (ContractMismatch, ManifestError, QueueFileError, SeedBankError, ValueError) as exc:
         print(f"eval_one_worker: {exc}", file=sys.stderr)

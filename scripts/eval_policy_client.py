@@ -22,14 +22,15 @@ Example:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-from harness.config import knobs
 from harness.config.failures import run_command
+from harness.config.settings import Settings
 from harness.episode.bench import load_benchmark
 from harness.episode.simclient import SimJob
-from harness.episode.simserver import NO_BENCHMARK, run_job, serve
+from harness.episode.simserver import CANNOT_START, NO_BENCHMARK, run_job, serve
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -60,17 +61,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        bench = load_benchmark(knobs.get("BENCHMARK"))
+        settings = Settings.from_env(os.environ)  # the worker checked them: a bad one is a bad setup
+    except ValueError as exc:
+        print(f"eval_policy_client: cannot start: {exc}", file=sys.stderr)
+        return CANNOT_START
+    try:
+        bench = load_benchmark(settings.benchmark, settings)
     except (ValueError, OSError, ImportError, RuntimeError) as exc:  # a bad spec, or a broken install
         print(f"eval_policy_client: cannot start the benchmark: {exc}", file=sys.stderr)
         return NO_BENCHMARK
     if args.serve:
-        return serve(bench, args.ready_file, args.connect_timeout, args.worker_pid)
+        return serve(settings, bench, args.ready_file, args.connect_timeout, args.worker_pid)
     job = SimJob(
         args.run_dir, args.scene, args.task, args.seeds, args.writer_id, args.progress_file, args.worker_pid
     )
     return run_job(
-        bench, job, args.ready_file, args.connect_timeout,
+        settings, bench, job, args.ready_file, args.connect_timeout,
         report=lambda line: print(line, flush=True),
         complain=lambda line: print(line, file=sys.stderr, flush=True),
     )  # fmt: skip

@@ -15,13 +15,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from harness.config.failures import run_command
-from harness.config.knobtypes import FLAG, MAPPING, NAME, TEXT, Accepts, choice, integer, number, seconds
+from harness.config.knobtypes import (
+    FLAG,
+    MAPPING,
+    NAME,
+    TEXT,
+    WORDS,
+    Accepts,
+    choice,
+    integer,
+    number,
+    seconds,
+)
 from harness.wire.frames import DEFAULT_MAX_FRAME
 from harness.wire.local import UNIX_MODES
 from harness.wire.shm import SHM_MODES
 from harness.wire.spin import DEFAULT_SPIN_US
 
-QUEUE_MODES = ("lease",)  # the reference's QUEUE_MODE knob: the lease queue is the only mode
 WIRE_CODECS = ("msgpack", "json")  # harness.wire.codecs.CODECS, without importing numpy here
 
 
@@ -53,7 +63,8 @@ KNOBS: dict[str, Knob] = {
              accepts=NAME),
         Knob("POLICY", "hold", "policy wrapper under policy/<name>/"),
         Knob("CKPT_NAME", "", "checkpoint: a path, or a dir name under $BUNDLE/checkpoints"),
-        Knob("POLICY_ARGS", "", "extra `key=value` overrides of deploy_policy.yml, space separated"),
+        Knob("POLICY_ARGS", "", "extra `key=value` overrides of deploy_policy.yml, space separated",
+             accepts=WORDS),
         Knob("BENCHMARK", "maniskill",
              "benchmark: `maniskill`, `libero`, `vla-eval:module:Class` or `module:Class`"),
         Knob("BENCH_CONFIG", "clean", "task config: ManiSkill level (clean, clutter3, ...), LIBERO suite"),
@@ -96,8 +107,6 @@ KNOBS: dict[str, Knob] = {
         Knob("SIM_PIN", "",
              "simulator pin `pkg==ver [companion ...]` from $WHEELHOUSE, e.g. `sapien==3.0.2 setuptools<81`"),
         # queue and worker
-        Knob("QUEUE_MODE", "lease", "the work-stealing lease queue (the only mode)", False,
-             accepts=choice(*QUEUE_MODES)),
         # UNIT_SEEDS changes no result, but every worker of a run must cut the same unit keys
         Knob("UNIT_SEEDS", "auto",
              "seeds per unit: auto = sized when the run is created (frozen), 0 = whole cell, k = slices of k",
@@ -166,14 +175,17 @@ KNOBS: dict[str, Knob] = {
              accepts=seconds()),
         # node
         Knob("NODE_CACHE", "/tmp/eval_node_cache", "node-local cache for staged envs/checkpoints", False),
-        Knob("CACHE_KEEP", "", "checkpoints to keep in the node cache, space separated", False),
+        Knob("CACHE_KEEP", "", "checkpoints to keep in the node cache, space separated", False,
+             accepts=WORDS),
         Knob("CACHE_MAX_GB", "40", "node cache size bound in GB", False, accepts=number(0)),
         # results
         Knob("RESULTS_VIDEOS", "link", "organize_results video tree: relative links, copies or none", False,
              accepts=choice("link", "copy", "none")),
         Knob("STAGE_ENVS", "sim model",
-             "venvs copied into NODE_CACHE (`none`: in place; the local pool defaults to none)", False),
-        Knob("STAGE_BACKBONES", "", "HF hub dirs under $HF_HOME/hub staged with the checkpoint", False),
+             "venvs copied into NODE_CACHE (`none`: in place; the local pool defaults to none)", False,
+             accepts=WORDS),
+        Knob("STAGE_BACKBONES", "", "HF hub dirs under $HF_HOME/hub staged with the checkpoint", False,
+             accepts=WORDS),
         Knob("WHEELHOUSE", "envs/wheelhouse",
              "SIM_PIN wheels (relative to $EVAL_ROOT unless absolute)", False),
         Knob("NODE_NAME", "", "node name in worker ids and logs (empty: Slurm node name or hostname)", False),

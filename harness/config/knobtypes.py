@@ -24,9 +24,10 @@ FLAG_WORDS = ("0", "1", "true", "false", "yes", "no", "on", "off")  # what knobs
 
 @dataclass(frozen=True)
 class Accepts:
-    """The values a knob accepts. `kind`: text (anything), int, number, flag, choice, mapping (YAML),
-    name (a run name). `low`/`high` bound int and number (`above`: low itself is not accepted);
-    `words` are a choice's values, or the words an int knob accepts besides integers (`auto`)."""
+    """The values a knob accepts. `kind`: text (anything), words (text read as its space-separated
+    words), int, number, flag, choice, mapping (YAML), name (a run name). `low`/`high` bound int
+    and number (`above`: low itself is not accepted); `words` are a choice's values, or the words an
+    int knob accepts besides integers (`auto`)."""
 
     kind: str = "text"
     low: float | None = None
@@ -47,6 +48,8 @@ class Accepts:
             return "one of " + ", ".join(self.words)
         if self.kind == "mapping":
             return "a YAML/JSON mapping"
+        if self.kind == "words":
+            return "words, space separated"
         if self.kind == "name":
             return "a run name: letters, digits, '.', '_', '-' (no '/'), starting with a letter or digit"
         return "text"
@@ -108,6 +111,7 @@ FLAG = Accepts("flag")
 MAPPING = Accepts("mapping")
 NAME = Accepts("name")
 TEXT = Accepts()
+WORDS = Accepts("words")
 
 
 def mapping_problem(text: str) -> str | None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.config import knobs
+from harness.config.settings import Settings
 
 ARM_DIM = 10
 GRIPPER = 9
@@ -71,15 +71,17 @@ class ChunkRunner:
             self._dims = self.smoothed(self.smooth_rot)
 
     @classmethod
-    def from_knobs(cls, action_dim: int, smoothed: Callable[[bool], np.ndarray] | None = None) -> ChunkRunner:
+    def from_settings(
+        cls, settings: Settings, action_dim: int, smoothed: Callable[[bool], np.ndarray] | None = None
+    ) -> ChunkRunner:
         """A runner configured from EXEC_ACTIONS, ACTION_SMOOTH, SMOOTH_ROT and FAKE_PROPRIO."""
         return cls(
             action_dim=action_dim,
             smoothed=smoothed,
-            exec_actions=knobs.get_int("EXEC_ACTIONS"),
-            alpha=knobs.get_float("ACTION_SMOOTH"),
-            smooth_rot=knobs.get_bool("SMOOTH_ROT"),
-            fake_proprio=knobs.get_bool("FAKE_PROPRIO"),
+            exec_actions=settings.exec_actions,
+            alpha=settings.action_smooth,
+            smooth_rot=settings.smooth_rot,
+            fake_proprio=settings.fake_proprio,
         )
 
     def reset(self) -> None:

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config import knobs
 from harness.config.rundir import RunDir, task_config_name
+from harness.config.settings import Settings
 from harness.episode.actions import ChunkRunner
 from harness.episode.bench import Benchmark, Episode
 from harness.episode.records import append_record, now_iso_microseconds
@@ -62,13 +61,14 @@ class Timing:
 
 
 class SimClient:
-    """Runs a job's seeds; `client` is a connected PolicyClient (hello not yet sent)."""
+    """Runs a job's seeds; `client` is a connected PolicyClient (hello not yet sent); `settings` are
+    the sim process's."""
 
-    def __init__(self, bench: Benchmark, client: PolicyClient, job: SimJob) -> None:
-        self.bench, self.client, self.job = bench, client, job
-        self.bench_config = knobs.get("BENCH_CONFIG")
+    def __init__(self, bench: Benchmark, client: PolicyClient, job: SimJob, settings: Settings) -> None:
+        self.bench, self.client, self.job, self.settings = bench, client, job, settings
+        self.bench_config = settings.bench_config
         self.task_config = task_config_name(job.scene, self.bench_config)
-        self.record_video = knobs.get_bool("RECORD_VIDEO")
+        self.record_video = settings.record_video
         self.server_spec: dict[str, Any] | None = None
         self.notes: list[str] = []  # things to report that do not change a record (a lost video)
         self._progress_at = float("-inf")
@@ -112,7 +112,7 @@ class SimClient:
             error = _error_text(exc)
         timing.sim_s += time.monotonic() - started
         if self.server_spec is None:  # first episode: agree with the server (a mismatch ends the unit)
-            fallback = {"benchmark": knobs.get("BENCHMARK"), "task": self.job.task}
+            fallback = {"benchmark": self.settings.benchmark, "task": self.job.task}
             self.server_spec = self.client.hello(dict(episode.spec) if episode is not None else fallback)
         video = VideoWriter(self._video_path(seed)) if self.record_video and episode is not None else None
         if episode is not None:
@@ -151,7 +151,9 @@ class SimClient:
     def _episode(
         self, episode: Episode, seed: int, timing: Timing, video: VideoWriter | None
     ) -> tuple[int, bool]:
-        runner = ChunkRunner.from_knobs(episode.action_dim, getattr(episode, "smoothed_dims", None))
+        runner = ChunkRunner.from_settings(
+            self.settings, episode.action_dim, getattr(episode, "smoothed_dims", None)
+        )
         self.client.reset(self.job.task, self.task_config, episode.instruction, seed)
         if video is not None:
             video.capture(episode.video_frame)
@@ -192,7 +194,7 @@ class SimClient:
             "sim_s": round(timing.sim_s, 3), "model_s": round(timing.model_s, 3),
             "policy": spec.get("policy", ""), "ckpt": spec.get("ckpt", ""),
             "host": socket.gethostname(), "worker": self.job.writer_id, "sim_version": self.bench.version,
-            "contract": os.environ.get("EVAL_CONTRACT"), "video": video,
+            "contract": self.settings.contract or None, "video": video,
             "finished_at": now_iso_microseconds(),
         }  # fmt: skip
 

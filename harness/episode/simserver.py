@@ -26,18 +26,16 @@ from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
-from harness.config import knobs
 from harness.config.contract import CODE_REFUSED_EXIT, check_code
 from harness.config.failures import Refused
 from harness.config.manifest import ContractMismatch, ManifestError, load_manifest
 from harness.config.policymap import load_policy_map
+from harness.config.settings import Settings
 from harness.episode.bench import Benchmark
 from harness.episode.external import ExternalPolicyClient
 from harness.episode.simclient import SimClient, SimJob
 from harness.wire.client import PolicyClient
 from harness.wire.errors import PeerClosed, WireError
-from harness.wire.local import UNIX_MODES
-from harness.wire.shm import SHM_MODES
 
 UNIT_END = "UNIT_END "  # the prefix of the answer line that ends a unit in `--serve` mode
 # The one-shot CLI's exit statuses (scripts/eval_policy_client.py), which the worker reads as a
@@ -49,17 +47,18 @@ JOB_FIELDS = ("run_dir", "scene", "task", "seeds", "writer_id")
 
 
 def run_job(
-    bench: Benchmark, job: SimJob, ready_file: Path, connect_timeout: float,
+    settings: Settings, bench: Benchmark, job: SimJob, ready_file: Path, connect_timeout: float,
     report: Callable[[str], None], complain: Callable[[str], None] | None = None,
 ) -> int:  # fmt: skip
     """Run one unit against the model server found through `ready_file`; the CLI's exit status.
     `report` gets each episode's line, `complain` (default: `report`) why the unit could not run."""
-    dial = partial(connect, ready_file, connect_timeout, job.run_dir)
-    return run_job_via(bench, job, dial, report, complain)
+    dial = partial(connect, settings, ready_file, connect_timeout, job.run_dir)
+    return run_job_via(settings, bench, job, dial, report, complain)
 
 
 def run_job_via(
-    bench: Benchmark, job: SimJob, connector: Callable[[], PolicyClient | ExternalPolicyClient],
+    settings: Settings, bench: Benchmark, job: SimJob,
+    connector: Callable[[], PolicyClient | ExternalPolicyClient],
     report: Callable[[str], None], complain: Callable[[str], None] | None = None,
 ) -> int:  # fmt: skip
     """`run_job` with the connection made by `connector` (called after the code check; hello not
@@ -76,7 +75,7 @@ def run_job_via(
         complain(f"eval_policy_client: cannot start: {exc}")
         return CANNOT_START
     with client:
-        sim = SimClient(bench, client, job)
+        sim = SimClient(bench, client, job, settings)
         try:
             sim.run(report=report)
         except (PeerClosed, ConnectionError, TimeoutError) as exc:
@@ -88,31 +87,32 @@ def run_job_via(
     return WORKER_STOPPED if sim.worker_stopped else 0
 
 
-def connect(ready_file: Path, timeout_s: float, run_dir: Path) -> PolicyClient | ExternalPolicyClient:
+def connect(
+    settings: Settings, ready_file: Path, timeout_s: float, run_dir: Path
+) -> PolicyClient | ExternalPolicyClient:
     """A connection to the model server (or, with SIM_AS_SERVER=1, from it; or to POLICY_SERVER, an
     external openpi / vla-eval server), hello not yet sent."""
-    if knobs.get("POLICY_SERVER"):
-        return external_client(run_dir)
+    if settings.policy_server:
+        return external_client(settings, run_dir)
     wire = {
-        "codec": knobs.get("WIRE_CODEC"),
-        "max_frame": knobs.get_int("WIRE_MAX_FRAME"),
-        "shm": knobs.get_choice("WIRE_SHM", SHM_MODES),
-        "spin_us": knobs.get_int("WIRE_SPIN_US"),
+        "codec": settings.wire_codec,
+        "max_frame": settings.wire_max_frame,
+        "shm": settings.wire_shm,
+        "spin_us": settings.wire_spin_us,
     }
-    if knobs.get_bool("SIM_AS_SERVER"):
-        bind = knobs.get("MODEL_SERVER_BIND")
-        return PolicyClient.listen(ready_file, timeout_s=timeout_s, bind=bind, **wire)
-    host = knobs.get("MODEL_SERVER_HOST") or None
-    unix = knobs.get_choice("WIRE_UNIX", UNIX_MODES)
+    if settings.sim_as_server:
+        return PolicyClient.listen(ready_file, timeout_s=timeout_s, bind=settings.model_server_bind, **wire)
+    host = settings.model_server_host or None
+    unix = settings.wire_unix
     return PolicyClient.from_ready_file(ready_file, timeout_s=timeout_s, host=host, unix=unix, **wire)
 
 
-def external_client(run_dir: Path) -> ExternalPolicyClient:
+def external_client(settings: Settings, run_dir: Path) -> ExternalPolicyClient:
     """POLICY_SERVER's client; its metadata must be what the run's contract recorded, if it did."""
     section = load_manifest(run_dir).contract.get("policy_server")
     expect = section.get("metadata_sha256") if isinstance(section, dict) else None
-    mapping = load_policy_map(knobs.get("POLICY_SERVER_MAP") or "POLICY_SERVER_MAP is not set")
-    return ExternalPolicyClient(knobs.get("POLICY_SERVER"), mapping, expect)
+    mapping = load_policy_map(settings.policy_server_map or "POLICY_SERVER_MAP is not set")
+    return ExternalPolicyClient(settings.policy_server, mapping, expect)
 
 
 def parse_job(line: str, worker_pid: int | None) -> SimJob:
@@ -153,7 +153,7 @@ def warm_up(bench: Benchmark, complain: Callable[[str], None]) -> bool:
 
 
 def serve(
-    bench: Benchmark, ready_file: Path, connect_timeout: float, worker_pid: int | None,
+    settings: Settings, bench: Benchmark, ready_file: Path, connect_timeout: float, worker_pid: int | None,
     jobs: IO[str] = sys.stdin, out: IO[str] = sys.stdout,
 ) -> int:  # fmt: skip
     """Run each job line read from `jobs` as a unit and answer it; 0 when `jobs` ends, NO_BENCHMARK
@@ -174,5 +174,5 @@ def serve(
             report(f"eval_policy_client: {exc}")
             answer(out, CANNOT_START)
             continue
-        answer(out, run_job(bench, job, ready_file, connect_timeout, report))
+        answer(out, run_job(settings, bench, job, ready_file, connect_timeout, report))
     return 0

@@ -19,7 +19,7 @@ the server's IDLE_TIMEOUT_S (an hour) for the next request.
 
 from __future__ import annotations
 
-import os
+import dataclasses
 import socket
 import sys
 import threading
@@ -28,10 +28,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from harness.config import knobs
 from harness.config.contract import verify_environment
 from harness.config.plan import run_units
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.episode.bench import load_benchmark
 from harness.episode.simclient import SimJob
 from harness.episode.simserver import run_job_via
@@ -53,8 +53,8 @@ class InProcessServer:
     """The model server's connection handler for `policy`, run in a thread of this process: each
     `connect()` makes a socketpair, serves one end in a new thread, returns a client on the other."""
 
-    def __init__(self, policy: LoadedPolicy) -> None:
-        self.policy = policy
+    def __init__(self, policy: LoadedPolicy, settings: Settings) -> None:
+        self.policy, self.settings = policy, settings
         self.threads: list[threading.Thread] = []
 
     def connect(self) -> PolicyClient:
@@ -66,8 +66,8 @@ class InProcessServer:
         thread.start()
         self.threads.append(thread)
         return PolicyClient(
-            sim_end, io_timeout_s=DEBUG_IO_TIMEOUT_S, codec=knobs.get("WIRE_CODEC"),
-            max_frame=knobs.get_int("WIRE_MAX_FRAME"),
+            sim_end, io_timeout_s=DEBUG_IO_TIMEOUT_S, codec=self.settings.wire_codec,
+            max_frame=self.settings.wire_max_frame,
         )  # fmt: skip
 
     def _serve(self, conn: socket.socket, trace: Trace | None) -> None:
@@ -112,24 +112,24 @@ def choose_episode(
 
 
 def run_inprocess(
-    run: RunDir, queue_file: Path, task: str | None = None, scene: str | None = None,
+    settings: Settings, run: RunDir, queue_file: Path, task: str | None = None, scene: str | None = None,
     seed: int | None = None, report: Callable[[str], None] = print,
     complain: Callable[[str], None] | None = None,
 ) -> int:  # fmt: skip
     """Create or check the run, then run one episode of it here, sim and policy in this process;
     the sim client's exit status (0: the episode has its record)."""
-    if knobs.get("POLICY_SERVER"):
+    if settings.policy_server:
         raise ValueError("POLICY_SERVER is set: --inprocess runs the policy under policy/ in this process")
     new_run(run.root, queue_file)
-    os.environ["EVAL_CONTRACT"] = verify_environment(run.root)  # every record carries it
-    bench = load_benchmark(knobs.get("BENCHMARK"))
-    policy = load_policy(knobs.get("POLICY"), knobs.get("CKPT_NAME"), knobs.get("POLICY_ARGS").split())
+    settings = dataclasses.replace(settings, contract=verify_environment(run.root))  # every record carries it
+    bench = load_benchmark(settings.benchmark, settings)
+    policy = load_policy(settings.policy, settings.ckpt_name, list(settings.policy_args))
     unit, chosen = choose_episode(run, policy, task, scene, seed)
     report(f"in-process: {unit.scene} {unit.task} seed {chosen} ({policy.name}, this process only)")
-    server = InProcessServer(policy)
+    server = InProcessServer(policy, settings)
     try:
         job = SimJob(run.root, unit.scene, unit.task, [chosen], WRITER_ID)
-        code = run_job_via(bench, job, server.connect, report, complain)
+        code = run_job_via(settings, bench, job, server.connect, report, complain)
     finally:
         server.join()
     if code == 0:

@@ -12,10 +12,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config import knobs
 from harness.config.manifest import ContractMismatch, Manifest
 from harness.config.paths import CODE_ROOT
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.launch import pools
 from harness.launch.progress import Progress, progress
 
@@ -23,7 +23,7 @@ Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class Settings:
+class PoolLaunch:
     """How pools are started, from the knobs LAUNCHER, POOL_NODES, SRUN_ARGS (CLI flags override)."""
 
     launcher: str
@@ -33,13 +33,13 @@ class Settings:
     progress_s: float
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str], nodes: int | None, progress_s: float) -> Settings:
-        launcher = env.get("LAUNCHER", knobs.KNOBS["LAUNCHER"].default)
-        if launcher not in pools.LAUNCHERS:
-            raise pools.LaunchError(f"LAUNCHER={launcher!r}: expected one of {', '.join(pools.LAUNCHERS)}")
-        count = knobs.get_int("POOL_NODES", {**env, "POOL_NODES": str(nodes)} if nodes else env, minimum=1)
+    def of(
+        cls, settings: Settings, env: Mapping[str, str], nodes: int | None, progress_s: float
+    ) -> PoolLaunch:
+        """The orchestrator's `settings`, with `--nodes` (when given) over POOL_NODES; the node
+        scripts run from `env`'s EVAL_ROOT (else this code's root)."""
         root = Path(env.get("EVAL_ROOT") or CODE_ROOT)
-        return cls(launcher, count, env.get("SRUN_ARGS", ""), root, progress_s)
+        return cls(settings.launcher, nodes or settings.pool_nodes, settings.srun_args, root, progress_s)
 
 
 def check_caller_env(manifest: Manifest, env: Mapping[str, str], run: RunDir) -> None:
@@ -68,7 +68,7 @@ def launch_env(run: RunDir, manifest: Manifest, base: Mapping[str, str]) -> dict
 def complete_run(
     run: RunDir,
     manifest: Manifest,
-    settings: Settings,
+    launch: PoolLaunch,
     label: str,
     say: Say,
     nodes: int | None = None,
@@ -77,13 +77,13 @@ def complete_run(
     """Run what `run` has left with one blocking pool (none if nothing is left); the final progress."""
     left = progress(run, manifest)
     if not left.complete:
-        pool = pools.Pool(run, nodes or settings.nodes, launch_env(run, manifest, os.environ), label)
-        say(f"[{label}] {settings.launcher} pool of {pool.nodes} node(s) on {run.name}: {left.line()}")
-        proc = pools.start(pool, settings.launcher, settings.eval_root, settings.srun_args)
+        pool = pools.Pool(run, nodes or launch.nodes, launch_env(run, manifest, os.environ), label)
+        say(f"[{label}] {launch.launcher} pool of {pool.nodes} node(s) on {run.name}: {left.line()}")
+        proc = pools.start(pool, launch.launcher, launch.eval_root, launch.srun_args)
         last = time.monotonic()
         while (code := pools.finished(proc)) is None:
-            time.sleep(min(1.0, settings.progress_s))
-            if time.monotonic() - last >= settings.progress_s:
+            time.sleep(min(1.0, launch.progress_s))
+            if time.monotonic() - last >= launch.progress_s:
                 last = time.monotonic()
                 say(report() if report else f"[{label}] {run.name}: {progress(run, manifest).line()}")
         if code != 0:

@@ -18,8 +18,9 @@ from harness.config.failures import run_command
 from harness.config.manifest import load_manifest
 from harness.config.paths import run_dir
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.launch import orchestrator
-from harness.launch.drive import Settings, check_caller_env, complete_run
+from harness.launch.drive import PoolLaunch, check_caller_env, complete_run
 from harness.launch.newrun import new_fillin
 from harness.launch.progress import results_table
 
@@ -36,12 +37,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error("give --test-num N, --seeds-root BANK, or both")
 
     def body() -> int:
-        settings = Settings.from_env(os.environ, args.nodes, args.progress_every)
+        launch = PoolLaunch.of(Settings.from_env(os.environ), os.environ, args.nodes, args.progress_every)
         run = RunDir(run_dir(args.run))
         frozen = load_manifest(run.root)
         check_caller_env(frozen, os.environ, run)
         manifest = new_fillin(run.root, args.test_num, args.seeds_root)  # LIBERO: no seed past 49
-        final = complete_run(run, manifest, settings, "fillin", orchestrator.say)
+        final = complete_run(run, manifest, launch, "fillin", orchestrator.say)
         orchestrator.say("\n" + results_table([(args.run, run, manifest)], "run"))
         return 0 if final.complete else 1
 

@@ -28,6 +28,7 @@ from harness.config.plan import planned_seeds
 from harness.config.policymap import PolicyMapError, load_policy_map
 from harness.config.rundir import Cell, read_queue
 from harness.config.seedbank import SeedBankError, read_bank, resolve_root, seeds_outside, uses_bank
+from harness.config.settings import Settings
 from harness.config.validate import knob_problems, problem_list, some_of
 from harness.episode.bench import Benchmark, load_benchmark
 from harness.launch.benchparams import params_problems
@@ -71,7 +72,7 @@ def _bench_problems(
     if problems:
         return problems
     try:
-        bench = load_benchmark(knobs["BENCHMARK"])
+        bench = load_benchmark(knobs["BENCHMARK"], Settings.from_env(env))  # the run's, not ours
         limit = getattr(bench, "step_limit_for", None)
         for cell in cells:
             bench.check(cell.task, knobs["BENCH_CONFIG"])
@@ -125,7 +126,7 @@ def fillin_seed_problems(run_dir: Path, manifest: Manifest, env: Mapping[str, st
     """What a fill-in would plan outside the benchmark's seed space (LIBERO's 50 init states): one
     line per unit, naming the seeds and the EVAL_TEST_NUM that planned them."""
     try:
-        bench = load_benchmark(manifest.knobs["BENCHMARK"])
+        bench = load_benchmark(manifest.knobs["BENCHMARK"], Settings.from_env({**env, **manifest.knobs}))
     except ValueError as exc:
         return [str(exc)]
     space = getattr(bench, "seed_space", None)

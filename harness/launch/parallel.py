@@ -23,8 +23,9 @@ from harness.config.failures import run_command
 from harness.config.manifest import Manifest
 from harness.config.paths import run_dir
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.launch import orchestrator
-from harness.launch.drive import Settings, complete_run
+from harness.launch.drive import PoolLaunch, complete_run
 from harness.launch.newrun import new_run
 from harness.launch.progress import progress, results_table
 from harness.queue.units import safe_key
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     def body() -> int:
-        settings = Settings.from_env(os.environ, args.nodes, args.progress_every)
+        launch = PoolLaunch.of(Settings.from_env(os.environ), os.environ, args.nodes, args.progress_every)
         if args.dedicated_nodes < 1:
             raise ValueError(f"--dedicated-nodes={args.dedicated_nodes}: expected a positive integer")
         models: list[tuple[str, RunDir, Manifest]] = []
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         dedicated = [
             threading.Thread(
                 target=complete_run,
-                args=(run, m, settings, f"dedicated-{i}", orchestrator.say),
+                args=(run, m, launch, f"dedicated-{i}", orchestrator.say),
                 kwargs={"nodes": args.dedicated_nodes},
                 daemon=True,
             )
@@ -85,10 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         for thread in dedicated:
             thread.start()
         for _, run, m in models:
-            complete_run(run, m, settings, "shared", orchestrator.say, report=report)
+            complete_run(run, m, launch, "shared", orchestrator.say, report=report)
         while any(thread.is_alive() for thread in dedicated):
             for thread in dedicated:
-                thread.join(settings.progress_s)
+                thread.join(launch.progress_s)
                 if thread.is_alive():
                     orchestrator.say(report())
         orchestrator.say("\n" + results_table(models, "model"))

@@ -14,6 +14,7 @@ run resumes where it stopped; they are removed once the bank is written.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import zipfile
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from harness.config.rundir import task_config_name
+from harness.config.settings import Settings
 from harness.episode.bench import Benchmark, load_benchmark
 
 _BENCH: Benchmark | None = None
@@ -93,7 +95,7 @@ def judge_seed(bench_spec: str, task: str, bench_config: str, seed: int) -> dict
     """Run in a worker process: the verdict on one seed, with the ee6d trace when accepted."""
     global _BENCH
     if _BENCH is None:
-        _BENCH = load_benchmark(bench_spec)
+        _BENCH = load_benchmark(bench_spec, Settings.from_env(os.environ))  # this pool process's own
     result = _BENCH.expert(task, bench_config, seed)
     verdict: dict[str, Any] = {"seed": seed, "ok": False, "reason": result.reason, "steps": result.steps}
     if not result.solved:

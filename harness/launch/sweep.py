@@ -16,8 +16,9 @@ import sys
 from harness.config.failures import run_command
 from harness.config.paths import run_dir
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.launch import orchestrator
-from harness.launch.drive import Settings, complete_run
+from harness.launch.drive import PoolLaunch, complete_run
 from harness.launch.newrun import new_run
 from harness.launch.progress import results_table
 
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     def body() -> int:
-        settings = Settings.from_env(os.environ, args.nodes, args.progress_every)
+        launch = PoolLaunch.of(Settings.from_env(os.environ), os.environ, args.nodes, args.progress_every)
         plan = []
         for config in args.configs:
             env = {**os.environ, "BENCH_CONFIG": config}
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
             plan.append((config, run, new_run(run.root, args.queue.replace("{config}", config), env)))
         complete = True
         for config, run, manifest in plan:
-            final = complete_run(run, manifest, settings, f"sweep-{config}", orchestrator.say)
+            final = complete_run(run, manifest, launch, f"sweep-{config}", orchestrator.say)
             complete &= final.complete
         orchestrator.say("\n" + results_table(plan, "config"))
         return 0 if complete else 1

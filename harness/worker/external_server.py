@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from harness.config import knobs
 from harness.config.policymap import load_policy_map
+from harness.config.settings import Settings
 
 PING_EVERY_S = 2.0  # between health checks (rate limit: the check costs the server one HTTP request)
 PING_TIMEOUT_S = 5.0  # for one answer: an openpi server answers between inferences, not during one
@@ -68,13 +68,13 @@ def ask_health(scheme: str, host: str, port: int, path: str, timeout_s: float) -
 
 
 class ExternalServer:
-    def __init__(self, ready_file: Path, log: Path) -> None:
+    def __init__(self, ready_file: Path, log: Path, settings: Settings) -> None:
         self.ready_file = self.client_ready_file = ready_file  # unused by the sim client
         self.log = log
         self.sim_listens = False
         self.starts = 1
-        self.address = knobs.get("POLICY_SERVER")
-        self.policy_map = load_policy_map(knobs.get("POLICY_SERVER_MAP") or "POLICY_SERVER_MAP is not set")
+        self.address = settings.policy_server
+        self.policy_map = load_policy_map(settings.policy_server_map or "POLICY_SERVER_MAP is not set")
         self.info: dict[str, Any] = {
             "pid": f"external ({self.policy_map.protocol})", "port": self.address,
             "policy": self.policy_map.policy, "ckpt": self.policy_map.ckpt,

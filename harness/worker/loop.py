@@ -15,6 +15,7 @@ Only a unit's own faults count towards its CRASH_LIMIT.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import socket
@@ -24,16 +25,15 @@ import threading
 import time
 from pathlib import Path
 
-from harness.config import knobs
 from harness.config.contract import CODE_REFUSED_EXIT, verify_environment
 from harness.config.failures import run_command
 from harness.config.manifest import ContractMismatch
 from harness.config.paths import run_dir
 from harness.config.plan import run_units
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.config.stopsignals import StopSignals
-from harness.config.validate import check_node_knobs
-from harness.episode.bench.maniskill_cache import cache_size
+from harness.config.validate import InputRefused
 from harness.episode.records import now_iso_microseconds, read_tree
 from harness.queue import slurmjob
 from harness.queue.lease import Lease
@@ -55,18 +55,20 @@ TEMP_PREFIX = f"eval-worker-{''.join(c for c in pid_namespace() if c.isdigit())}
 JOIN_S = 0.5  # the main thread joins slot threads in short waits, so signal handlers run
 
 
-def run_dir_from_env() -> RunDir:
+def run_dir_from_env(settings: Settings) -> RunDir:
     if os.environ.get("RUN_DIR"):
         return RunDir(Path(os.environ["RUN_DIR"]))
-    study = knobs.get("STUDY_RUN")
+    study = settings.study_run
     if not study:
         raise SystemExit("worker: set RUN_DIR, or STUDY_RUN (a run dir name under $RUNS_ROOT)")
     return RunDir(run_dir(study))
 
 
 class Worker:
-    def __init__(self, run: RunDir, worker_id: str) -> None:
-        self.run, self.worker_id = run, worker_id
+    def __init__(self, run: RunDir, worker_id: str, settings: Settings) -> None:
+        """`settings`: the worker process's (its children get the environment it was started with,
+        plus EVAL_CONTRACT once verified, and build their own)."""
+        self.run, self.worker_id, self.settings = run, worker_id, settings
         self.log = WorkerLog(worker_id)
         self.stop = threading.Event()
         children.sweep_dead_temp_dirs(TEMP_PREFIX)
@@ -74,24 +76,25 @@ class Worker:
         self.env = dict(os.environ)
         log = run.logs / f"server-{worker_id}.log"
         self.server: ModelServerProcess | ExternalServer = (
-            ExternalServer(self.tmp / "ready.json", log)
-            if knobs.get("POLICY_SERVER")
-            else ModelServerProcess(self.tmp / "ready.json", log, self.env)
+            ExternalServer(self.tmp / "ready.json", log, settings)
+            if settings.policy_server
+            else ModelServerProcess(self.tmp / "ready.json", log, self.env, settings)
         )
         self.slots: list[SimSlot] = []
         self.units: list[Unit] = []
         self.unit_times: list[float] = []
         self.failure: Exception | None = None  # what stopped a slot thread (raised again by main)
         self.claimed = False  # has any slot claimed a unit yet: the first claim takes the shortest
-        self.breaker = faults.Breaker(1)  # WORKER_FAULT_LIMIT, read (and refused if bad) by main
+        self.breaker = faults.Breaker(settings.worker_fault_limit)
 
     def verify(self) -> None:
         """Refuse to run under a contract other than the run's. A run dir whose manifest cannot be
         read is refused too (ManifestError): reading it decides, never an exists() probe, which a
         stale NFS negative lookup can answer "no" and so turn off the check."""
-        self.env["EVAL_CONTRACT"] = verify_environment(self.run.root)
-        os.environ["EVAL_CONTRACT"] = self.env["EVAL_CONTRACT"]
-        self.log(f"contract {self.env['EVAL_CONTRACT'][:12]} verified against {self.run.manifest}")
+        contract = verify_environment(self.run.root)
+        self.env["EVAL_CONTRACT"] = contract  # its children's environment: they read it from there
+        self.settings = dataclasses.replace(self.settings, contract=contract)
+        self.log(f"contract {contract[:12]} verified against {self.run.manifest}")
 
     def on_signal(self, signum: int) -> None:
         """SIGTERM/SIGINT, called in ordinary code (harness.config.stopsignals), never in the handler."""
@@ -100,7 +103,9 @@ class Worker:
 
     def add_slot(self) -> SimSlot:
         """One more sim slot: its own lease queue, progress file, writer id and sim process."""
-        slot = open_slot(self.run, len(self.slots), self.log, self.units, self.env, self.server, self.tmp)
+        slot = open_slot(
+            self.run, len(self.slots), self.log, self.units, self.env, self.server, self.tmp, self.settings
+        )
         self.slots.append(slot)
         return slot
 
@@ -110,18 +115,14 @@ class Worker:
 
     def run_all(self) -> int:
         try:
-            knobs.get_choice("QUEUE_MODE", knobs.QUEUE_MODES)
-            count = slot_count.parse(knobs.get("SIMS_PER_WORKER"))
-            if knobs.get_bool("SIM_AS_SERVER") and count != 1:
+            count = self.settings.sims_per_worker  # None: auto
+            if self.settings.sim_as_server and count != 1:
                 raise ValueError("knob SIMS_PER_WORKER: must be 1 with SIM_AS_SERVER=1 (one listening sim)")
-            cache_size()  # SIM_ENV_CACHE: refused here, not in every sim process
-            check_node_knobs()  # every knob this node sets, against its declared type and range
-            self.breaker = faults.Breaker(knobs.get_int("WORKER_FAULT_LIMIT", minimum=1))
             self.verify()
             self.units = run_units(self.run, seed_costs(self.run))  # a bad queue file or seed bank: refused
             self.stopper = CellStopper(self.run, self.units, self.log)
             self.add_slot()
-        except ValueError as exc:  # ContractMismatch, ManifestError, QueueFileError, SeedBankError, knobs
+        except ValueError as exc:  # ContractMismatch, ManifestError, QueueFileError, SeedBankError
             self.log(f"refusing to run: {exc}")
             return 2
         end = slurmjob.allocation_end()
@@ -129,7 +130,7 @@ class Worker:
         self.log(f"run {self.run.root}: {len(self.units)} units; {slots}; allocation ends {end or 'never'}")
         try:
             self.slots[0].sim.start()  # its imports and renderer start-up overlap the model's load
-            info = self.server.ensure(knobs.get_float("MODEL_START_TIMEOUT"))
+            info = self.server.ensure(self.settings.model_start_timeout)
             mode = "dials each sim client" if self.server.sim_listens else f"listens on {info['port']}"
             self.log(f"model server pid {info['pid']} loaded {info['policy']} ({mode})")
             self.run_slots(count, end)
@@ -205,10 +206,10 @@ class Worker:
 
     def run_unit(self, slot: SimSlot, lease: Lease) -> list[dict]:
         unit, log, queue = lease.unit, slot.log, slot.queue
-        info = self.server.ensure(knobs.get_float("MODEL_START_TIMEOUT"))
+        info = self.server.ensure(self.settings.model_start_timeout)
         starts = self.server.starts
         result_dir = self.run.result_dir(unit.task, info["policy"], unit.task_config, info.get("ckpt", ""))
-        resume = knobs.get_bool("EVAL_RESUME_SEEDS")
+        resume = self.settings.eval_resume_seeds
         todo = missing_seeds(result_dir, unit) if resume else list(unit.seeds)
         log(f"claimed: {len(todo)} of {len(unit.seeds)} seeds to run", unit)
         fault = self.run_seeds(slot, lease, todo, info, result_dir) if todo else None
@@ -253,13 +254,13 @@ class Worker:
         """Run the sim process until every seed of this pass was attempted once, or a fault that is
         not the unit's ends the pass; what went wrong last (None when nothing did)."""
         unit = lease.unit
-        deadline = time.monotonic() + knobs.get_float("PER_TASK_TIMEOUT")
+        deadline = time.monotonic() + self.settings.per_task_timeout
         todo, fault = list(seeds), None
         # a beat before each job: a worker resumed from a freeze learns at once that it lost the lease
         while todo and not self.stop.is_set() and lease.beat():
-            info = self.server.ensure(knobs.get_float("MODEL_START_TIMEOUT"))
+            info = self.server.ensure(self.settings.model_start_timeout)
             started, since = time.monotonic(), now_iso_microseconds()
-            stall = knobs.get_float("STALL_TIMEOUT")
+            stall = self.settings.stall_timeout
             outcome = slot.sim.run(
                 slot.job(self.run.root, unit, todo), slot.line_logger(unit), slot.progress,
                 stall, deadline, [self.stop, lease.lost], peer_alive=self.server.alive,
@@ -287,7 +288,14 @@ class Worker:
 
 def main() -> int:
     worker_id = os.environ.get("WORKER_ID") or f"{socket.gethostname()}-{os.getpid()}"
-    return Worker(run_dir_from_env(), worker_id).main()
+    try:  # every knob this worker's node sets, against its declared type and range: all named at once
+        settings = Settings.from_env(os.environ)
+    except InputRefused as exc:
+        log = WorkerLog(worker_id)
+        for problem in exc.problems:
+            log(f"refusing to run: {problem}")
+        return 2
+    return Worker(run_dir_from_env(settings), worker_id, settings).main()
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.config import knobs
 from harness.config.failures import Failed
+from harness.config.settings import Settings
 from harness.queue.owner import process_stopped
 from harness.wire.errors import WireError
 from harness.wire.readyfile import read_ready
@@ -39,9 +39,10 @@ class ModelServerFailed(Failed):
 
 
 class ModelServerProcess:
-    def __init__(self, ready_file: Path, log: Path, env: dict[str, str]) -> None:
-        self.ready_file, self.log, self.env = ready_file, log, env
-        self.sim_listens = knobs.get_bool("SIM_AS_SERVER")
+    def __init__(self, ready_file: Path, log: Path, env: dict[str, str], settings: Settings) -> None:
+        """`env` is the server's environment (it reads its own knobs from it); `settings` the worker's."""
+        self.ready_file, self.log, self.env, self.settings = ready_file, log, env, settings
+        self.sim_listens = settings.sim_as_server
         # where sim clients find their peer: the server's address, or (sim-as-server) their own
         self.client_ready_file = ready_file.with_name("sim-ready.json") if self.sim_listens else ready_file
         self.proc: subprocess.Popen | None = None
@@ -52,12 +53,12 @@ class ModelServerProcess:
     def argv(self) -> list[str]:
         root = Path(self.env.get("EVAL_ROOT", "."))
         argv = [self.env.get("MODEL_PY", "python"), str(root / "scripts" / "policy_model_server.py")]
-        argv += ["--policy", knobs.get("POLICY")]
+        argv += ["--policy", self.settings.policy]
         if self.sim_listens:
             argv += ["--connect", str(self.client_ready_file), "--info-file", str(self.ready_file)]
         else:
             argv += ["--ready-file", str(self.ready_file)]
-        ckpt = self.env.get("CKPT_DIR") or knobs.get("CKPT_NAME")  # the node-local copy, when staged
+        ckpt = self.env.get("CKPT_DIR") or self.settings.ckpt_name  # the node-local copy, when staged
         return argv + (["--ckpt", ckpt] if ckpt else [])  # the server reads POLICY_ARGS itself
 
     def alive(self) -> bool:

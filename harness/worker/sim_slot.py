@@ -20,6 +20,7 @@ from pathlib import Path
 
 from harness.config.plan import open_queue
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.queue.leases import LeaseQueue
 from harness.queue.units import Unit
 from harness.worker.model_server_process import ModelServerProcess
@@ -63,6 +64,7 @@ class SimSlot:
     progress: Path
     sim: SimProcess
     log: WorkerLog
+    settings: Settings  # the worker's; its contract is set once verified
     # (task, task_config) of the units its current process ran: its claims prefer those (affinity)
     ran: set[tuple[str, str]] = field(default_factory=set)
 
@@ -92,7 +94,7 @@ class SimSlot:
             seed = next((s for s in todo if s not in recorded), None)
         if seed is not None and seed not in recorded:
             episode_s = episode_wall_s(self.progress, seed, wall_s)
-            record_errored(run, unit, seed, why, info, self.writer_id, episode_s)
+            record_errored(run, unit, seed, why, info, self.writer_id, episode_s, self.settings)
             self.log(f"{why}: episode recorded as errored", unit, seed)
         else:
             self.log(f"{why}: no episode was running, nothing recorded", unit, seed)
@@ -118,7 +120,7 @@ class SimSlot:
 
 def open_slot(
     run: RunDir, index: int, worker_log: WorkerLog, units: list[Unit], env: dict[str, str],
-    server: ModelServerProcess, tmp: Path,
+    server: ModelServerProcess, tmp: Path, settings: Settings,
 ) -> SimSlot:  # fmt: skip
     """Slot `index` of the worker that logs to `worker_log`: its lease queue over `units`, its
     progress file in `tmp`, its sim process (started at its first unit, or by `start()`) dialling
@@ -133,4 +135,4 @@ def open_slot(
 
     sim = SimProcess(serve_argv(env, server.client_ready_file), env, started)
     queue = open_queue(run, wid, units)
-    return SimSlot(index, wid, queue, tmp / f"progress-{index}.json", sim, log, ran)
+    return SimSlot(index, wid, queue, tmp / f"progress-{index}.json", sim, log, settings, ran)

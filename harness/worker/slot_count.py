@@ -23,19 +23,6 @@ MAX_SLOTS = 64
 SLOT_GPU_GIB = 1.0  # free GPU memory kept per slot (one more batch item of activations)
 
 
-def parse(value: str) -> int | None:
-    """SIMS_PER_WORKER's value: the slot count, or None for `auto`; anything else is a clear error."""
-    if value.strip().lower() == "auto":
-        return None
-    try:
-        count = int(value)
-    except ValueError:
-        count = 0
-    if not 1 <= count <= MAX_SLOTS:
-        raise ValueError(f"knob SIMS_PER_WORKER={value!r}: expected an integer 1..{MAX_SLOTS} or auto")
-    return count
-
-
 @dataclass(frozen=True)
 class Measured:
     sim_s: float  # simulator seconds of the measured episodes

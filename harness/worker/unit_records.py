@@ -4,12 +4,11 @@ record of an episode it had to kill (counted apart, never as a failure; retried 
 from __future__ import annotations
 
 import json
-import os
 import socket
 from pathlib import Path
 
-from harness.config import knobs
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.episode.records import RecordSet, append_record, now_iso_microseconds, read_tree
 from harness.queue.units import Unit
 
@@ -54,22 +53,24 @@ def seeds_written_since(
     return found
 
 
-def errored_record(unit: Unit, seed: int, error: str, info: dict, worker: str, wall_s: float) -> dict:
+def errored_record(
+    unit: Unit, seed: int, error: str, info: dict, worker: str, wall_s: float, settings: Settings
+) -> dict:
     """The record of an episode the worker had to kill: counted apart, retried on a later pass."""
     return {
         "task": unit.task, "scene": unit.scene, "task_config": unit.task_config, "seed": seed,
         "success": False, "hard_success": False, "error": error, "steps": 0, "wall_s": wall_s,
-        "sim_s": 0.0, "model_s": 0.0, "policy": info.get("policy", knobs.get("POLICY")),
+        "sim_s": 0.0, "model_s": 0.0, "policy": info.get("policy", settings.policy),
         "ckpt": info.get("ckpt", ""), "host": socket.gethostname(), "worker": worker, "sim_version": "",
-        "contract": os.environ.get("EVAL_CONTRACT", ""), "video": None,
+        "contract": settings.contract, "video": None,
         "finished_at": now_iso_microseconds(),
     }  # fmt: skip
 
 
 def record_errored(
-    run: RunDir, unit: Unit, seed: int, error: str, info: dict, writer: str, wall_s: float
+    run: RunDir, unit: Unit, seed: int, error: str, info: dict, writer: str, wall_s: float, settings: Settings
 ) -> None:
     """Append the errored record of `seed` to the worker's own metrics file of that result dir."""
     ckpt = info.get("ckpt", "")
     path = run.metrics_file(unit.task, info["policy"], unit.task_config, ckpt, f"{writer}.worker")
-    append_record(path, errored_record(unit, seed, error, info, writer, wall_s))
+    append_record(path, errored_record(unit, seed, error, info, writer, wall_s, settings))

@@ -279,7 +279,6 @@ def test_unrunnable_policy_task_or_config_is_refused_before_anything_is_written(
         ("POLICY", "nosuch", "no deploy_policy.py"),
         ("BENCHMARK", "maniskill", "unknown ManiSkill task 'pick_cube'"),
         ("BENCHMARK", "nosuch.module:Bench", "cannot load it"),
-        ("QUEUE_MODE", "fifo", "knob QUEUE_MODE='fifo': expected one of lease"),
     ]:
         with pytest.raises(mf.ManifestError, match=message):
             new_run(run, queue, {**env, knob: value})

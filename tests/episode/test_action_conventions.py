@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from harness.config.manifest import ManifestError
+from harness.config.settings import Settings
 from harness.episode.actions import (
     ChunkRunner,
     euler_xyz_from_matrix,
@@ -37,14 +38,16 @@ SEED = 0  # the first seed of seeds/maniskill/PickCube/table_clean.txt
 def expert() -> ExpertResult:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ACTION_CONVENTION", "ee6d")
-        result = load_benchmark("maniskill").expert("PickCube", "clean", SEED)
+        result = load_benchmark("maniskill", Settings.from_env(os.environ)).expert("PickCube", "clean", SEED)
     assert result.solved and result.joint_targets is not None
     return result
 
 
 def _episode(mp: pytest.MonkeyPatch, convention: str):
     mp.setenv("ACTION_CONVENTION", convention)
-    return load_benchmark("maniskill").make_episode("PickCube", "clean", SEED, render=False)
+    return load_benchmark("maniskill", Settings.from_env(os.environ)).make_episode(
+        "PickCube", "clean", SEED, render=False
+    )
 
 
 @pytest.fixture
@@ -138,7 +141,7 @@ def test_smoothing_touches_no_gripper_in_any_convention() -> None:
 def test_an_unknown_convention_is_refused_naming_the_knob(mp: pytest.MonkeyPatch) -> None:
     mp.setenv("ACTION_CONVENTION", "ee_quat")
     with pytest.raises(ValueError, match=r"ACTION_CONVENTION='ee_quat'.*ee6d, ee_delta, joint_pos"):
-        load_benchmark("maniskill")
+        load_benchmark("maniskill", Settings.from_env(os.environ))
 
 
 def test_a_policy_emitting_another_convention_is_refused_at_hello_naming_both() -> None:

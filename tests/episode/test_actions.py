@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
+from harness.config.settings import Settings
 from harness.episode import actions
 from harness.episode.actions import ChunkRunner
 
@@ -74,7 +77,7 @@ def test_fake_proprio() -> None:
     assert ChunkRunner(action_dim=10).proprio(real) is not None
 
 
-def test_from_knobs(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     for k, v in {
         "EXEC_ACTIONS": "20",
         "ACTION_SMOOTH": "0.7",
@@ -82,7 +85,7 @@ def test_from_knobs(monkeypatch: pytest.MonkeyPatch) -> None:
         "FAKE_PROPRIO": "1",
     }.items():
         monkeypatch.setenv(k, v)
-    runner = ChunkRunner.from_knobs(20)
+    runner = ChunkRunner.from_settings(Settings.from_env(os.environ), 20)
     assert (runner.exec_actions, runner.alpha, runner.smooth_rot, runner.fake_proprio) == (
         20,
         0.7,

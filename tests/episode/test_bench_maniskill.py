@@ -6,11 +6,13 @@ the end-to-end test in test_simclient_e2e.py covers the rendered path.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from harness.config.settings import Settings
 from harness.episode.actions import matrix_from_euler_xyz, matrix_from_rot6d, pose_to_ee6d
 from harness.episode.bench import load_benchmark
 from harness.episode.bench.maniskill_config import load_table
@@ -51,9 +53,9 @@ def test_bad_names_are_clear_errors() -> None:
     with pytest.raises(KeyError, match=r"unknown BENCH_CONFIG 'dirty'.*clean"):
         table.level("dirty")
     with pytest.raises(ValueError, match=r"module\.path:ClassName"):
-        load_benchmark("not-a-spec")
+        load_benchmark("not-a-spec", Settings.from_env(os.environ))
     with pytest.raises(ValueError, match="cannot load"):
-        load_benchmark("harness.nowhere:Bench")
+        load_benchmark("harness.nowhere:Bench", Settings.from_env(os.environ))
 
 
 def test_every_task_has_a_generous_step_limit_and_an_instruction() -> None:
@@ -63,7 +65,7 @@ def test_every_task_has_a_generous_step_limit_and_an_instruction() -> None:
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_benchmark("maniskill")
+    return load_benchmark("maniskill", Settings.from_env(os.environ))
 
 
 def _trace(task: str, task_config: str, seed: int) -> np.ndarray:

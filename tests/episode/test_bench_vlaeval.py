@@ -4,6 +4,7 @@ sim client; and each bad input refused before any episode with one error naming 
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from harness.config.manifest import contract_hash, load_manifest
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.episode.bench import load_benchmark
 from harness.episode.records import read_tree
 from harness.model.policyload import load_policy
@@ -67,7 +69,7 @@ def test_replay_runs_a_mikasa_episode_through_the_real_worker_and_resumes(tmp_pa
 
 @pytest.mark.sim
 def test_a_policy_whose_action_spec_differs_is_refused_at_hello_naming_both(mikasa_knobs: None) -> None:
-    episode = load_benchmark(MIKASA).make_episode(TASK, "clean", 0)
+    episode = load_benchmark(MIKASA, Settings.from_env(os.environ)).make_episode(TASK, "clean", 0)
     try:
         assert episode.spec["action"] == CONVENTION and episode.action_dim == 8
         hold = Session(load_policy("hold"), token=None, reply_token=None)  # 10-D ee6d
@@ -87,7 +89,7 @@ def test_an_episode_the_benchmark_ends_early_ends_there_without_success(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("BENCH_PARAMS", "{tasks: [RememberColor3-v0], max_episode_steps: 40}")
-    episode = load_benchmark(MIKASA).make_episode(TASK, "clean", 1)
+    episode = load_benchmark(MIKASA, Settings.from_env(os.environ)).make_episode(TASK, "clean", 1)
     try:
         assert episode.step_limit == 40
         steps = 0
@@ -123,16 +125,16 @@ def test_bad_benchmark_inputs_are_one_clear_error(
 ) -> None:
     monkeypatch.setenv("BENCH_PARAMS", params)
     with pytest.raises(ValueError, match=message):
-        load_benchmark(benchmark)
+        load_benchmark(benchmark, Settings.from_env(os.environ))
 
 
 def test_unknown_task_and_foreign_convention_are_refused(
     mikasa_knobs: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bench = load_benchmark(MIKASA)
+    bench = load_benchmark(MIKASA, Settings.from_env(os.environ))
     with pytest.raises(ValueError, match=r"unknown task 'PickCube'.*RememberColor3-v0"):
         bench.check("PickCube", "clean")
     monkeypatch.setenv("ACTION_CONVENTION", "ee6d")
     with pytest.raises(ValueError, match=r"ACTION_CONVENTION='ee6d'.*applies its own action spec"):
-        load_benchmark(MIKASA)
+        load_benchmark(MIKASA, Settings.from_env(os.environ))
     assert list(bench.layout.smoothed_dims(1, True)) == list(range(7))  # never the gripper

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from harness.config.settings import Settings
 from harness.episode.bench import load_benchmark
-from harness.episode.bench.maniskill_cache import EnvCache, cache_size
+from harness.episode.bench.maniskill_cache import EnvCache
 
 BANK = Path(__file__).resolve().parents[2] / "seeds" / "maniskill"
 
@@ -35,7 +37,7 @@ def _states(bench, task: str, config: str, seed: int, render: bool = False) -> n
 
 def _bench(monkeypatch: pytest.MonkeyPatch, size: str):
     monkeypatch.setenv("SIM_ENV_CACHE", size)
-    return load_benchmark("maniskill")
+    return load_benchmark("maniskill", Settings.from_env(os.environ))
 
 
 @pytest.mark.sim
@@ -121,10 +123,9 @@ def test_cache_keeps_its_capacity_and_closes_the_least_recently_used() -> None:
 
 
 @pytest.mark.parametrize("value", ["-1", "65", "two", "1.5", ""])
-def test_env_cache_knob_out_of_range_is_a_clear_error(monkeypatch, value: str) -> None:
-    monkeypatch.setenv("SIM_ENV_CACHE", value)
+def test_env_cache_knob_out_of_range_is_a_clear_error(value: str) -> None:
     with pytest.raises(ValueError, match=r"knob SIM_ENV_CACHE=.*0\.\.64"):
-        cache_size()
+        Settings.from_env({"SIM_ENV_CACHE": value})
 
 
 @pytest.mark.sim

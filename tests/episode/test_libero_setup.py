@@ -14,12 +14,14 @@ of each suite. Five env builds (~8 s each) and a few set-ups on the CPU.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
+from harness.config.settings import Settings
 from harness.episode.bench import load_benchmark
 from harness.episode.bench.libero import CAMERAS, ENV_SEED, LiberoBenchmark
 from harness.episode.bench.libero_suite import SETTLE_ACTION, SETTLE_STEPS, find_task, init_states
@@ -43,7 +45,7 @@ def bench() -> Iterator[LiberoBenchmark]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("BENCH_PARAMS", "{wrist_image: true, image_size: 96}")
         patch.delenv("ACTION_CONVENTION", raising=False)
-        bench = load_benchmark("libero")
+        bench = load_benchmark("libero", Settings.from_env(os.environ))
     try:
         yield bench
     finally:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.episode.records import read_tree
 from harness.episode.simclient import SimClient, SimJob
 from harness.queue.owner import process_stopped
@@ -97,7 +98,7 @@ def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[dict]
     plan = {0: (3, None), 1: (None, 3), 2: (None, None), 3: (1, None), 4: ("build", "fails"), 5: (1, None)}
     bench = ScriptedBench(plan)
     unit = SimJob(tmp_path / "run", "table", "T", list(plan), "w7", tmp_path / "progress.json")
-    client = SimClient(bench, ScriptedPolicy(), unit)
+    client = SimClient(bench, ScriptedPolicy(), unit, Settings.from_env(os.environ))
     return client.run(report=lambda line: None), tmp_path, bench
 
 
@@ -133,7 +134,7 @@ def test_a_video_failure_keeps_the_finished_trial(tmp_path: Path, monkeypatch: p
     bench = ScriptedBench({0: (3, None), 1: (None, None)})
     said: list[str] = []
     job = SimJob(tmp_path / "run", "table", "T", [0, 1], "w7")
-    recs = SimClient(bench, ScriptedPolicy(), job).run(said.append)
+    recs = SimClient(bench, ScriptedPolicy(), job, Settings.from_env(os.environ)).run(said.append)
     assert [(r["error"], r["success"], r["video"]) for r in recs] == [(None, True, None), (None, False, None)]
     assert any("seed 0: warning: video seed0.mp4 not written" in line for line in said)
     assert not list((tmp_path / "run").rglob("*.mp4"))
@@ -146,7 +147,11 @@ def _video_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[SimClie
     job = SimJob(tmp_path / "run", "table", "T", [0], "w7")
     result_dir = RunDir(tmp_path / "run").result_dir("T", "scripted", "table_clean", "c1")
     result_dir.mkdir(parents=True)
-    return SimClient(ScriptedBench({0: (3, None)}), ScriptedPolicy(), job), result_dir, said
+    return (
+        SimClient(ScriptedBench({0: (3, None)}), ScriptedPolicy(), job, Settings.from_env(os.environ)),
+        result_dir,
+        said,
+    )
 
 
 def test_a_videos_dir_that_cannot_be_made_keeps_the_trial(
@@ -205,7 +210,9 @@ def test_an_episode_that_ends_while_its_worker_is_stopped_is_not_recorded(
     try:
         said: list[str] = []
         job = SimJob(tmp_path / "run", "table", "T", [0, 1, 2], "w7", worker_pid=worker.pid)
-        recs = SimClient(StoppingBench(worker), ScriptedPolicy(), job).run(said.append)
+        recs = SimClient(StoppingBench(worker), ScriptedPolicy(), job, Settings.from_env(os.environ)).run(
+            said.append
+        )
     finally:
         worker.kill()
         worker.wait()

@@ -19,6 +19,7 @@ from harness.config.contract import CODE_REFUSED_EXIT
 from harness.config.create import create_run
 from harness.config.manifest import ManifestError
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.episode.records import read_tree
 from harness.episode.simclient import SimJob
 from harness.episode.simserver import UNIT_END, external_client, run_job
@@ -27,6 +28,8 @@ from support.poolkit import REPO, SLEEP_POLICY
 from support.wirekit import running_server
 
 ANSWER_S = 120  # generous: the process imports the harness and the benchmark before its first job
+
+DEFAULTS = Settings.from_env({})  # every knob at its default
 
 
 class ServeProcess:
@@ -117,7 +120,7 @@ def test_a_job_in_a_run_dir_without_its_manifest_is_refused(tmp_path: Path) -> N
     (tmp_path / "queue.txt").write_text("table A\n")
     said: list[str] = []
     job = SimJob(tmp_path, "table", "A", [1], "w0")
-    code = run_job(FastBench(), job, tmp_path / "no-server.json", 0.3, said.append)
+    code = run_job(DEFAULTS, FastBench(), job, tmp_path / "no-server.json", 0.3, said.append)
     assert code == CODE_REFUSED_EXIT, said
     assert len(said) == 1 and "refusing to run" in said[0] and str(RunDir(tmp_path).manifest) in said[0]
     assert "scripts/new_run.py" in said[0]
@@ -125,4 +128,4 @@ def test_a_job_in_a_run_dir_without_its_manifest_is_refused(tmp_path: Path) -> N
 
 def test_an_external_server_client_needs_the_runs_manifest(tmp_path: Path) -> None:
     with pytest.raises(ManifestError, match=r"run\.yaml does not exist"):
-        external_client(tmp_path)
+        external_client(DEFAULTS, tmp_path)

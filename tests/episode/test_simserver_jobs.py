@@ -12,9 +12,12 @@ from pathlib import Path
 
 from harness.config.contract import CODE_REFUSED_EXIT
 from harness.config.create import create_run
+from harness.config.settings import Settings
 from harness.episode.simserver import CANNOT_START, LOST_SERVER, NO_BENCHMARK, UNIT_END, WORKER_STOPPED, serve
 from harness.worker import faults, sim_process
 from support.fastbench import FastBench
+
+DEFAULTS = Settings.from_env({})  # every knob at its default
 
 
 def _answers(out: str) -> list[dict]:
@@ -27,7 +30,12 @@ def test_each_job_line_gets_one_answer_and_a_bad_line_is_named(tmp_path: Path) -
     job = {"run_dir": str(tmp_path), "scene": "s", "task": "t", "seeds": [0], "writer_id": "w"}
     lines = ["not json", "", json.dumps({**job, "seeds": []}), json.dumps({"scene": "s"}), json.dumps(job)]
     out = io.StringIO()
-    assert serve(FastBench(), tmp_path / "no-server.json", 0.3, None, io.StringIO("\n".join(lines)), out) == 0
+    assert (
+        serve(
+            DEFAULTS, FastBench(), tmp_path / "no-server.json", 0.3, None, io.StringIO("\n".join(lines)), out
+        )
+        == 0
+    )
     text = out.getvalue()
     assert [a["returncode"] for a in _answers(text)] == [2, 2, 2, 2]  # the blank line is no job
     assert "job line is not JSON" in text
@@ -62,7 +70,10 @@ class _WarmBench(FastBench):
 def test_the_benchmark_warms_up_before_the_first_job(tmp_path: Path, capsys) -> None:
     seen: list[str] = []
     out = io.StringIO()
-    assert serve(_WarmBench(seen), tmp_path / "none.json", 0.3, None, _Jobs("not json\n", seen), out) == 0
+    assert (
+        serve(DEFAULTS, _WarmBench(seen), tmp_path / "none.json", 0.3, None, _Jobs("not json\n", seen), out)
+        == 0
+    )
     assert seen == ["warm-up", "first job read"]
     assert [a["returncode"] for a in _answers(out.getvalue())] == [2]
 
@@ -73,7 +84,10 @@ def test_a_failed_warm_up_ends_the_process_with_the_node_exit_status(tmp_path: P
     seen: list[str] = []
     out = io.StringIO()
     bench = _WarmBench(seen, fail=True)
-    assert serve(bench, tmp_path / "none.json", 0.3, None, _Jobs("not json\n", seen), out) == NO_BENCHMARK
+    assert (
+        serve(DEFAULTS, bench, tmp_path / "none.json", 0.3, None, _Jobs("not json\n", seen), out)
+        == NO_BENCHMARK
+    )
     said = capsys.readouterr().err
     assert "cannot start: the benchmark's warm-up failed: RuntimeError('no Vulkan device')" in said
     assert seen == ["warm-up"] and _answers(out.getvalue()) == []  # no job read

@@ -18,6 +18,7 @@ import pytest
 
 from harness.config.manifest import contract_hash, load_manifest
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.launch.debug_episode import WRITER_ID, run_inprocess
 from harness.launch.newrun import new_run
 from support.poolkit import REPO
@@ -74,7 +75,7 @@ def test_one_episode_runs_in_this_process_and_writes_its_record(
     before = _children()
     _forbid_children(monkeypatch)
     lines: list[str] = []
-    assert run_inprocess(run, queue, report=lines.append) == 0, lines
+    assert run_inprocess(Settings.from_env(os.environ), run, queue, report=lines.append) == 0, lines
     [record] = _records(run, "t1")
     assert (record["task"], record["scene"], record["seed"], record["error"]) == ("t1", "s1", 0, None)
     assert (record["policy"], record["worker"], record["steps"]) == ("hold", WRITER_ID, 2)
@@ -83,9 +84,11 @@ def test_one_episode_runs_in_this_process_and_writes_its_record(
     assert _children() == before
     assert not [t for t in threading.enumerate() if t.name == "inprocess-model"]  # its thread ended
     # the next call takes the next seed without a result; --task and --seed choose another unit
-    assert run_inprocess(run, queue, report=lines.append) == 0
+    assert run_inprocess(Settings.from_env(os.environ), run, queue, report=lines.append) == 0
     assert [r["seed"] for r in _records(run, "t1")] == [0, 1]
-    assert run_inprocess(run, queue, task="t2", seed=1, report=lines.append) == 0
+    assert (
+        run_inprocess(Settings.from_env(os.environ), run, queue, task="t2", seed=1, report=lines.append) == 0
+    )
     assert [(r["seed"], r["success"]) for r in _records(run, "t2")] == [(1, True)]
     assert _children() == before
 
@@ -101,7 +104,7 @@ def test_the_policy_thread_inherits_the_debuggers_trace(created_run: tuple[RunDi
     previous = sys.gettrace()
     sys.settrace(tracer)
     try:
-        code = run_inprocess(run, queue, report=lambda line: None)
+        code = run_inprocess(Settings.from_env(os.environ), run, queue, report=lambda line: None)
     finally:
         sys.settrace(previous)
     assert code == 0
@@ -113,9 +116,9 @@ def test_a_unit_or_seed_the_run_does_not_plan_is_refused_naming_what_it_plans(
 ) -> None:
     run, queue = created_run
     with pytest.raises(ValueError, match=r"no unit of task t9 in its queue \(it has: s1 t1, s1 t2\)"):
-        run_inprocess(run, queue, task="t9")
+        run_inprocess(Settings.from_env(os.environ), run, queue, task="t9")
     with pytest.raises(ValueError, match=r"seed 7 is not planned for task t1 \(planned: 0 1\)"):
-        run_inprocess(run, queue, task="t1", seed=7)
+        run_inprocess(Settings.from_env(os.environ), run, queue, task="t1", seed=7)
     assert _records(run, "t1") == []
 
 

@@ -10,9 +10,10 @@ import pytest
 from harness.config import contract, create
 from harness.config import manifest as mf
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.episode.records import RECORD_FIELDS, append_record
 from harness.launch import pools
-from harness.launch.drive import Settings, check_caller_env, launch_env
+from harness.launch.drive import PoolLaunch, check_caller_env, launch_env
 from harness.launch.parallel import model_run_name
 from harness.launch.progress import progress, results_table
 
@@ -63,13 +64,14 @@ def test_node_commands() -> None:
         pools.node_commands(pool, "ssh", Path("/e"), "")
 
 
-def test_settings_name_bad_values() -> None:
-    assert Settings.from_env({"LAUNCHER": "srun", "POOL_NODES": "4"}, None, 5).nodes == 4
-    assert Settings.from_env({}, 2, 5).launcher == "local"
-    with pytest.raises(pools.LaunchError, match="LAUNCHER='slurm'"):
-        Settings.from_env({"LAUNCHER": "slurm"}, None, 5)
+def test_pool_launch_takes_the_knobs_and_the_nodes_flag() -> None:
+    assert PoolLaunch.of(Settings.from_env({"LAUNCHER": "srun", "POOL_NODES": "4"}), {}, None, 5).nodes == 4
+    launch = PoolLaunch.of(Settings.from_env({}), {"EVAL_ROOT": "/e"}, 2, 5)
+    assert (launch.launcher, launch.nodes, launch.eval_root) == ("local", 2, Path("/e"))
+    with pytest.raises(ValueError, match="LAUNCHER='slurm'"):
+        Settings.from_env({"LAUNCHER": "slurm"})
     with pytest.raises(ValueError, match="POOL_NODES='two'"):
-        Settings.from_env({"POOL_NODES": "two"}, None, 5)
+        Settings.from_env({"POOL_NODES": "two"})
 
 
 def test_caller_env_must_agree_and_launch_env_freezes_knobs(made) -> None:

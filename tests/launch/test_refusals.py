@@ -100,7 +100,7 @@ CASES: list[tuple[str, Callable[[Path], None], Callable[..., subprocess.Complete
     ("EVAL_TEST_NUM=0", _nothing, pool, {"EVAL_TEST_NUM": "0"}, "EVAL_TEST_NUM"),
     ("EVAL_TEST_NUM=-3", _nothing, pool, {"EVAL_TEST_NUM": "-3"}, "EVAL_TEST_NUM"),
     ("missing checkpoint", _no_ckpt, pool, {}, "checkpoint"),
-    ("QUEUE_MODE=fifo", _nothing, pool, {"QUEUE_MODE": "fifo"}, "QUEUE_MODE"),
+    ("SIMS_PER_WORKER=0", _nothing, pool, {"SIMS_PER_WORKER": "0"}, "SIMS_PER_WORKER"),
     ("new_run, nonexistent CKPT_NAME", _nothing, new_run, {"STUDY_RUN": "r2", "CKPT_NAME": "nosuch"},
      "CKPT_NAME='nosuch'"),
 ]  # fmt: skip

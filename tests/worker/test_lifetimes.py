@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.config.settings import Settings
 from harness.queue.listing import scan
 from harness.worker import children
 from harness.worker.model_server_process import ModelServerFailed, ModelServerProcess
@@ -82,7 +83,7 @@ def test_a_model_server_started_by_a_thread_that_ends_serves_on(
     monkeypatch.setenv("POLICY", "hold")
     env = {**os.environ, "PYTHONPATH": str(REPO), "EVAL_ROOT": str(REPO), "CKPT_NAME": ""}
     env["MODEL_PY"] = model_python() or sys.executable
-    server = ModelServerProcess(tmp_path / "ready.json", tmp_path / "server.log", env)
+    server = ModelServerProcess(tmp_path / "ready.json", tmp_path / "server.log", env, Settings.from_env(env))
     ids: list[int] = []
 
     def restart() -> None:  # a slot thread that restarts the server, then finds no more work
@@ -110,7 +111,9 @@ def test_a_model_server_killed_at_every_start_is_given_up_on_saying_so(
     fake.write_text("#!/bin/sh\nkill -KILL $$\n")
     fake.chmod(0o755)
     monkeypatch.setenv("POLICY", "hold")
-    server = ModelServerProcess(tmp_path / "ready.json", tmp_path / "server.log", {"MODEL_PY": str(fake)})
+    server = ModelServerProcess(
+        tmp_path / "ready.json", tmp_path / "server.log", {"MODEL_PY": str(fake)}, Settings.from_env({})
+    )
     died = r"model server died 3 times while starting: .*exited with -9"
     with pytest.raises(ModelServerFailed, match=died):
         server.ensure(30)

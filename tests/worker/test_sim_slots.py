@@ -68,7 +68,7 @@ def _kill_mid_unit(tmp_path: Path, sig: signal.Signals, **extra: str) -> tuple[R
     proc = start_worker(env, "w0", log)
     try:
         wait_for(lambda: re.search(r"seed 0: \w+ \(", log.read_text()) is not None, 60, "the first episode")
-        (_, pid), = _sim_pids(log)
+        ((_, pid),) = _sim_pids(log)
         os.kill(pid, sig)  # seed 1 of the first unit is running
         assert proc.wait(120) == 0, log.read_text()
     finally:
@@ -265,5 +265,5 @@ def test_a_bad_env_cache_size_is_refused_naming_the_knob(tmp_path: Path) -> None
     env["SIM_ENV_CACHE"] = "-1"
     assert _run_worker(env, log, timeout=60) == 2
     text = log.read_text()
-    assert "refusing to run: knob SIM_ENV_CACHE='-1': expected an integer 0..64 (0 = off)" in text
+    assert "knob SIM_ENV_CACHE='-1': expected an integer 0..64" in text
     assert "Traceback" not in text

@@ -20,6 +20,7 @@ import pytest
 
 from harness.config.manifest_fillin import record_fillin
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.episode.records import read_tree
 from harness.queue import slurmjob
 from harness.queue.listing import scan
@@ -250,7 +251,7 @@ def test_the_temp_dir_of_a_killed_worker_is_swept_by_the_next_one(tmp_path: Path
     for path in (stale, live, elsewhere):
         (path / "sub").mkdir(parents=True, exist_ok=True)
     try:
-        worker = Worker(make_run(tmp_path / "run", [("s", "t0")]), "w0")
+        worker = Worker(make_run(tmp_path / "run", [("s", "t0")]), "w0", Settings.from_env({}))
         assert not stale.exists() and live.exists()  # the dead pid's dir goes, a live pid's stays
         assert elsewhere.exists()  # pids of another namespace are not judged
         assert worker.tmp.exists()
@@ -263,7 +264,7 @@ def test_a_killed_sim_whose_episode_was_recorded_writes_nothing_and_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = make_run(tmp_path / "run", [("s", "t0")])
-    worker = Worker(run, "w0")
+    worker = Worker(run, "w0", Settings.from_env({}))
     unit = Unit("s", "t0", "s_clean", 0, 2, (0, 1))
     outcome = SimOutcome(returncode=-9, killed="stalled", seed=1)  # seed 1 had been recorded already
     slot = worker.add_slot()

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from harness.config import knobs
+from harness.config.settings import Settings
 
 
 class Episode(Protocol):
@@ -65,21 +65,24 @@ class Benchmark(Protocol):
     def expert(self, task: str, bench_config: str, seed: int) -> ExpertResult: ...
 
 
-NAMED = {"libero": "harness.episode.bench.libero:LiberoBenchmark"}  # loaded by name, like any plug-in
+NAMED = {"libero": "harness.episode.bench.libero:LiberoBenchmark"}  # embedded, loaded by name
 
 
-def load_benchmark(spec: str) -> Benchmark:
+def load_benchmark(spec: str, settings: Settings) -> Benchmark:
     """`maniskill` (the embedded default), `libero`, `vla-eval:module.path:ClassName` (a vla-eval
-    StepBenchmark, constructed with BENCH_PARAMS) or `module.path:ClassName`; a bad spec is a clear error."""
+    StepBenchmark, constructed with BENCH_PARAMS) or `module.path:ClassName`; a bad spec is a clear error.
+    The embedded adapters take the process's `settings`; a plug-in class is constructed bare."""
     if spec == "maniskill":
         from harness.episode.bench.maniskill import ManiSkillBenchmark
 
-        return ManiSkillBenchmark()
-    spec = NAMED.get(spec, spec)
+        return ManiSkillBenchmark(settings)
+    if spec in NAMED:  # imported when named: only a sim env with LIBERO installed can load it
+        module_name, _, class_name = NAMED[spec].partition(":")
+        return getattr(importlib.import_module(module_name), class_name)(settings)
     if spec.startswith("vla-eval:"):
         from harness.episode.bench.vlaeval import PREFIX, VlaEvalBenchmark
 
-        return VlaEvalBenchmark(spec[len(PREFIX) :], knobs.get("BENCH_PARAMS"))
+        return VlaEvalBenchmark(spec[len(PREFIX) :], settings)
     module_name, sep, class_name = spec.partition(":")
     if not sep or not module_name or not class_name:
         raise ValueError(

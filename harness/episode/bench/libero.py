@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.config import knobs
+from harness.config.settings import Settings
 from harness.config.simstack import sim_stack, stack_text
 from harness.episode.bench import ExpertResult
 from harness.episode.bench.libero_contacts import monitor_for
@@ -60,10 +60,11 @@ CAMERAS = {"agentview": "agentview", "wrist": "robot0_eye_in_hand"}  # ours: rob
 class LiberoBenchmark:
     seed_space = range(INIT_STATES)  # an episode seed is an init-state index
 
-    def __init__(self) -> None:
-        self.params = LiberoParams.parse(knobs.get("BENCH_PARAMS"))
+    def __init__(self, settings: Settings) -> None:
+        self.params = LiberoParams.parse(settings.bench_params)
         check_mujoco(self.params.mujoco)
-        chosen = knobs.get("ACTION_CONVENTION").strip()
+        self.bench_config = settings.bench_config
+        chosen = settings.action_convention.strip()
         if chosen not in ("", ACTION_CONVENTION):
             raise ValueError(
                 f"knob ACTION_CONVENTION={chosen!r}: LIBERO applies {ACTION_CONVENTION!r}; leave it empty"
@@ -77,7 +78,7 @@ class LiberoBenchmark:
         self._closes_at_exit = False
 
     def tasks(self) -> list[str]:
-        return list(suite_tasks(knobs.get("BENCH_CONFIG")))
+        return list(suite_tasks(self.bench_config))
 
     def check(self, task: str, bench_config: str) -> None:
         find_task(bench_config, task)

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.config.settings import Settings
 from harness.episode.bench.libero_suite import (
     SETTLE_ACTION,
     SETTLE_STEPS,
@@ -163,13 +164,18 @@ class Checked:
 
 
 def check_tasks(
-    suite: str, indices: list[int], seeds: tuple[int, ...], reference: dict[str, Any] | None
+    settings: Settings,
+    suite: str,
+    indices: list[int],
+    seeds: tuple[int, ...],
+    reference: dict[str, Any] | None,
 ) -> list[Checked]:
-    """Tasks `indices` of `suite` at init states `seeds`, in this process (one env at a time)."""
+    """Tasks `indices` of `suite` at init states `seeds`, in this process (one env at a time), on
+    LIBERO as `settings` configure it."""
     from harness.episode.bench.libero import LiberoBenchmark
     from harness.episode.bench.libero_suite import suite_tasks
 
-    bench = LiberoBenchmark()
+    bench = LiberoBenchmark(settings)
     scenes = (reference or {}).get("scenes", {})
     checked = []
     try:

@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from harness.config import knobs
+from harness.config.settings import Settings
 from harness.config.simstack import sim_stack, stack_text
 from harness.episode.bench import ExpertResult
 from harness.episode.bench.conventions import get_convention
 from harness.episode.bench.maniskill_actions import arm_state, check_controller, controller_input
-from harness.episode.bench.maniskill_cache import EnvCache, cache_size
+from harness.episode.bench.maniskill_cache import EnvCache
 from harness.episode.bench.maniskill_config import LevelSpec, TaskSpec, load_table
 from harness.episode.bench.maniskill_env import configure_ray_tracing, make_env
 
@@ -31,7 +31,7 @@ class ManiSkillBenchmark:
     # 0..2**32-1 (a larger seed errors every episode); checked against the seed bank at run creation
     seed_space = range(2**32)
 
-    def __init__(self) -> None:
+    def __init__(self, settings: Settings) -> None:
         # ManiSkill runs a full gc.collect() whenever an env's scene is cleared (for GPU memory): in
         # a process holding torch and SAPIEN that is ~90 ms, twice an episode. Freezing the heap
         # imported so far leaves those collections only the objects made since (the envs): 0.1 ms.
@@ -39,14 +39,15 @@ class ManiSkillBenchmark:
 
         self.table = load_table()
         self.version = stack_text(sim_stack("maniskill"))
-        self.image_size = knobs.get_int("IMAGE_SIZE")
-        self.shader = knobs.get("RENDER_SHADER")
-        self.primary_cam = knobs.get("PRIMARY_CAM")
-        self.video_cam = knobs.get("VIDEO_CAM")
-        self.convention = get_convention(knobs.get("ACTION_CONVENTION"))
+        self.image_size = settings.image_size
+        self.shader = settings.render_shader
+        self.primary_cam = settings.primary_cam
+        self.video_cam = settings.video_cam
+        self.bench_config = settings.bench_config
+        self.convention = get_convention(settings.action_convention)
         self.action_convention = self.convention.name
-        configure_ray_tracing(self.shader, knobs.get_int("RT_SPP"), knobs.get("DENOISER"))
-        self.envs = EnvCache(cache_size())
+        configure_ray_tracing(self.shader, settings.rt_spp, settings.denoiser)
+        self.envs = EnvCache(settings.sim_env_cache)
 
     def tasks(self) -> list[str]:
         return list(self.table.tasks)
@@ -72,7 +73,7 @@ class ManiSkillBenchmark:
         """Build and render the first task at BENCH_CONFIG once: the renderer's start-up (~1 s, now
         that it is given its BRDF table: `brdf_lut`) is paid here, before any unit (the env is kept
         for that task's first episode)."""
-        self.make_episode(self.tasks()[0], knobs.get("BENCH_CONFIG"), 0).close()
+        self.make_episode(self.tasks()[0], self.bench_config, 0).close()
 
     def expert(self, task: str, bench_config: str, seed: int) -> ExpertResult:
         from harness.episode.bench.maniskill_expert import run_expert

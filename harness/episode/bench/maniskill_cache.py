@@ -14,18 +14,6 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
-from harness.config import knobs
-
-MAX_ENVS = 64
-
-
-def cache_size() -> int:
-    """SIM_ENV_CACHE's value: 0 (off) .. MAX_ENVS built envs per sim process; else a clear error."""
-    value = knobs.get("SIM_ENV_CACHE").strip()
-    if not value.isdigit() or int(value) > MAX_ENVS:
-        raise ValueError(f"knob SIM_ENV_CACHE={value!r}: expected an integer 0..{MAX_ENVS} (0 = off)")
-    return int(value)
-
 
 class EnvCache:
     """Up to `capacity` idle built envs by key, least recently used evicted (and closed) first."""

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from harness.config import knobs
+from harness.config.settings import Settings
 from harness.config.simstack import VLA_EVAL_PREFIX, sim_stack, stack_text
 from harness.episode.bench import ExpertResult
 from harness.episode.bench.conventions import Convention
@@ -39,7 +39,8 @@ DEFAULT_MAX_STEPS = 300  # vla-eval's orchestrator default when the metadata sta
 
 
 class VlaEvalBenchmark:
-    def __init__(self, import_string: str, params_text: str) -> None:
+    def __init__(self, import_string: str, settings: Settings) -> None:
+        params_text = settings.bench_params
         from vla_eval.benchmarks.base import StepBenchmark
         from vla_eval.registry import resolve_import_string
 
@@ -70,7 +71,7 @@ class VlaEvalBenchmark:
             tuple((key, int(spec.dims)) for key, spec in specs.items()),
         )
         self.action_convention = PREFIX + self.layout.name
-        chosen = knobs.get("ACTION_CONVENTION").strip()
+        chosen = settings.action_convention.strip()
         if chosen not in ("", self.action_convention):
             raise ValueError(
                 f"knob ACTION_CONVENTION={chosen!r}: {import_string} applies its own action spec "
@@ -83,7 +84,7 @@ class VlaEvalBenchmark:
             self.seed_space = range(int(metadata["max_episodes_per_task"]))
         self._tasks = {str(task.get("name", task)): dict(task) for task in self.bench.get_tasks()}
         self.version = stack_text(sim_stack(PREFIX + import_string))  # vla-eval and its simulators
-        self.video_cam = knobs.get("VIDEO_CAM")
+        self.video_cam = settings.video_cam
 
     def tasks(self) -> list[str]:
         return list(self._tasks)
