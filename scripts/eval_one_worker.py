@@ -72,10 +72,11 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["POLICY"] = args.policy
     run = RunDir(run_dir(args.run).resolve())
     try:
+        settings = Settings.from_env(os.environ)
         if args.inprocess:
             logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
             return run_inprocess(
-                Settings.from_env(os.environ),
+                settings,
                 run,
                 args.queue,
                 args.task,
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                 say,
                 complain,
             )
-        code, manifest = run_debug(run, args.queue)
+        code, manifest = run_debug(settings, run, args.queue)
     except (ContractMismatch, ManifestError, QueueFileError, SeedBankError, ValueError) as exc:
         print(f"eval_one_worker: {exc}", file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from harness.config.manifest import Manifest, contract_hash
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.launch.newrun import new_run
 from harness.launch.progress import planned_records
 from harness.results.aggregate import summarize
@@ -21,11 +22,13 @@ from harness.results.tables import scene_text, total_text
 from harness.worker.loop import Worker
 
 
-def run_debug(run: RunDir, queue_file: Path, worker_id: str = "debug") -> tuple[int, Manifest]:
+def run_debug(
+    settings: Settings, run: RunDir, queue_file: Path, worker_id: str = "debug"
+) -> tuple[int, Manifest]:
     """Create or check the run, then run one worker over it here; (worker exit status, manifest)."""
     manifest = new_run(run.root, queue_file)
     os.environ.setdefault("WORKER_ID", worker_id)
-    return Worker(run, worker_id).main(), manifest
+    return Worker(run, worker_id, settings).main(), manifest
 
 
 def results_text(run: RunDir, manifest: Manifest) -> str:
