@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from harness.config.settings import Settings  # noqa: E402
 from harness.episode.bench.maniskill import ManiSkillBenchmark  # noqa: E402
 from harness.episode.bench.maniskill_cache import EnvCache  # noqa: E402
 
@@ -46,7 +47,7 @@ def main() -> int:
     p.add_argument("--config", default="clean", help="task config level (clean)")
     args = p.parse_args()
     os.environ.setdefault("IMAGE_SIZE", "224")
-    bench = ManiSkillBenchmark()
+    bench = ManiSkillBenchmark(Settings.from_env(os.environ))
     setup_time(bench, args.task, args.config, 0)  # the process's first env: render start-up, not timed
     times: dict[str, list[float]] = {"unfrozen": [], "fresh": [], "cached": []}
     for seed in range(1, args.episodes + 1):

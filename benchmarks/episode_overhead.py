@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.config import knobs  # noqa: E402
 from harness.config.seedbank import read_bank_file, resolve_root  # noqa: E402
+from harness.config.settings import Settings  # noqa: E402
 from harness.episode.bench import load_benchmark  # noqa: E402
 from harness.episode.simclient import SimClient, SimJob  # noqa: E402
 from harness.model.policyload import load_policy  # noqa: E402
@@ -106,11 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     root = resolve_root(knobs.get("SEEDS_ROOT"), os.environ.get("BUNDLE", str(ROOT)))
     seeds = read_bank_file(root / args.task / f"table_{bench_config}.txt")[: args.episodes]
     env = dict(os.environ, EVAL_ROOT=str(ROOT), PYTHONPATH=str(ROOT))
+    settings = Settings.from_env(env)
     with tempfile.TemporaryDirectory() as tmp:
-        server = ModelServerProcess(Path(tmp) / "ready", Path(tmp) / "server.log", env)
+        server = ModelServerProcess(Path(tmp) / "ready", Path(tmp) / "server.log", env, settings)
         try:
             server.ensure(timeout_s=300)
-            bench = load_benchmark(knobs.get("BENCHMARK"))
+            bench = load_benchmark(settings.benchmark, settings)
             t = time.perf_counter()
             bench.make_episode(args.task, bench_config, seeds[0]).close()  # renderer start-up, once
             startup = time.perf_counter() - t
@@ -119,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             with PolicyClient.from_ready_file(server.ready_file) as client:
                 unit = SimJob(Path(tmp) / "run", "table", args.task, seeds, "bench")
-                sim = SimClient(TimedBench(bench), TimedClient(client, policy), unit)
+                sim = SimClient(TimedBench(bench), TimedClient(client, policy), unit, settings)
                 CLOCK.clear()
                 t = time.perf_counter()
                 records = sim.run(report=lambda line: print(line, flush=True))

@@ -28,11 +28,12 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = """
 import os, sys, time
 t0 = float(sys.argv[1])
+from harness.config.settings import Settings
 from harness.episode.bench import brdf_lut
 from harness.episode.bench.maniskill import ManiSkillBenchmark
 if sys.argv[2] == "own":
     brdf_lut.give_to = lambda sensors: None
-bench = ManiSkillBenchmark()
+bench = ManiSkillBenchmark(Settings.from_env(os.environ))
 episode = bench.make_episode("PickCube", "clean", 0)
 episode.observe()
 cpu = os.times()

@@ -45,10 +45,11 @@ SIZES = (128, 256)
 def measure_step(renderer: str, size: int, steps: int, frames: int) -> dict[str, float]:
     """ms per env step and per agentview frame, in this (fresh) process."""
     os.environ.update(BENCH_CONFIG=SUITE, BENCH_PARAMS=json.dumps({"render": renderer, "image_size": size}))
+    from harness.config.settings import Settings
     from harness.episode.bench.libero import LiberoBenchmark
     from harness.episode.bench.libero_suite import find_task
 
-    bench = LiberoBenchmark()
+    bench = LiberoBenchmark(Settings.from_env(os.environ))
     task = bench.tasks()[0]
     t = time.perf_counter()
     episode = bench.make_episode(task, SUITE, 0)
@@ -75,6 +76,7 @@ def measure_outside(episodes: int) -> dict[str, float]:
         EVAL_ROOT=str(ROOT), PYTHONPATH=str(ROOT),
     )  # fmt: skip
     os.environ.pop("ACTION_CONVENTION", None)
+    from harness.config.settings import Settings
     from harness.episode.bench import load_benchmark
     from harness.episode.simclient import SimClient, SimJob
     from harness.model.policyload import load_policy
@@ -82,7 +84,8 @@ def measure_outside(episodes: int) -> dict[str, float]:
     from harness.worker.model_server_process import ModelServerProcess
 
     clock = {"step": 0.0, "policy": 0.0, "setup": 0.0, "build": 0.0}
-    bench = load_benchmark("libero")
+    settings = Settings.from_env(os.environ)
+    bench = load_benchmark("libero", settings)
     policy = load_policy("libero_oracle", "", ["num_actions=8"])
     real_make, real_env_for = bench.make_episode, bench.env_for
 
@@ -110,14 +113,15 @@ def measure_outside(episodes: int) -> dict[str, float]:
 
     bench.make_episode = make_episode
     with tempfile.TemporaryDirectory() as tmp:
-        server = ModelServerProcess(Path(tmp) / "ready", Path(tmp) / "server.log", dict(os.environ))
+        server = ModelServerProcess(Path(tmp) / "ready", Path(tmp) / "server.log", dict(os.environ), settings)
         try:
             server.ensure(timeout_s=300)
             with PolicyClient.from_ready_file(server.ready_file) as client:
                 local = LocalTimer(client, policy, clock)
                 job = SimJob(Path(tmp) / "run", "libero", bench.tasks()[0], list(range(episodes)), "bench")
                 t = time.perf_counter()
-                records = SimClient(bench, local, job).run(report=lambda line: print(line, file=sys.stderr))
+                sim = SimClient(bench, local, job, settings)
+                records = sim.run(report=lambda line: print(line, file=sys.stderr))
                 wall = time.perf_counter() - t
         finally:
             server.stop()
@@ -198,8 +202,10 @@ def main(argv: list[str] | None = None) -> int:
           f"for the reset, init state and settle steps); with the build "
           f"{outside['outside_with_build_pct']:.1f}%")  # fmt: skip
     ref = table["egl", 256]
-    print(f"step_ms={ref['step_ms']:.1f} render_ms={ref['render_ms']:.1f} outside_pct={share:.1f} "
-          f"outside_with_build_pct={outside['outside_with_build_pct']:.1f} build_s={outside['build_s']:.1f}")
+    print(
+        f"step_ms={ref['step_ms']:.1f} render_ms={ref['render_ms']:.1f} outside_pct={share:.1f} "
+        f"outside_with_build_pct={outside['outside_with_build_pct']:.1f} build_s={outside['build_s']:.1f}"
+    )
     return 0
 
 

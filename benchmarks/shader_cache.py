@@ -29,8 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = """
 import time
 t0 = float(__import__("sys").argv[1])
+from harness.config.settings import Settings
 from harness.episode.bench.maniskill import ManiSkillBenchmark
-bench = ManiSkillBenchmark()
+bench = ManiSkillBenchmark(Settings.from_env(os.environ))
 episode = bench.make_episode({task!r}, "clean", 0)
 episode.observe()
 print("first_frame_s", time.time() - t0)

@@ -116,7 +116,7 @@ def test_an_episode_the_benchmark_ends_early_ends_there_without_success(
             "is not a vla-eval StepBenchmark",
         ),
         (MIKASA, "{no_such_option: 1}", r"BENCH_PARAMS='\{no_such_option: 1\}'.*rejects it: TypeError"),
-        (MIKASA, "[1, 2]", "expected a mapping of constructor parameters"),
+        (MIKASA, "[1, 2]", "knob BENCH_PARAMS='\\[1, 2\\]': expected a YAML/JSON mapping: it is a list"),
         (MIKASA, "{tasks: [", "not YAML/JSON"),
     ],
 )

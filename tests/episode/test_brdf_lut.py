@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.config.settings import Settings
 from harness.episode.bench import brdf_lut
 from harness.episode.bench.maniskill import ManiSkillBenchmark
 
@@ -30,7 +31,7 @@ def _render(table: str, out: str) -> None:
     if table == "own":
         brdf_lut.give_to = lambda sensors: None
     images = {}
-    bench = ManiSkillBenchmark()
+    bench = ManiSkillBenchmark(Settings.from_env(os.environ))
     for task, level in (("PickCube", "clean"), ("PushCube", "clutter6")):
         episode = bench.make_episode(task, level, 3)
         images.update({f"{task}/{cam}": image for cam, image in episode.observe()["images"].items()})

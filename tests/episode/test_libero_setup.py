@@ -6,8 +6,11 @@ camera; now only the last settle step renders, the first observation's frames, a
 the soft one, seeded (`harness.episode.bench.libero.reset_episode`). These tests hold it to that and
 to changing nothing else: the whole MuJoCo integration state and the fixture poses after the
 set-up, the first observation (images included) and the state and frames one policy step later are
-bit-identical with vla-eval's set-up (hard reset, every frame rendered) in a fresh env's first
-episode, even when the episode runs after another one in a kept env. A task with fixtures
+the same as with vla-eval's set-up (hard reset, every frame rendered) in a fresh env's first
+episode, even when the episode runs after another one in a kept env: the frames and fixture poses
+bit-identical, the integration state within STATE_TOL (bit-identical on MuJoCo 3.17; on the pinned
+3.3.2 libero_object's task differs by <= 1e-12 in 114 of its 377 numbers, the other four suites'
+tasks not at all: roundoff, which changes no frame). A task with fixtures
 (libero_goal's cabinet and stove, placed from numpy's global RNG at reset) is among them: one task
 of each suite. Five env builds (~8 s each) and a few set-ups on the CPU.
 """
@@ -37,6 +40,7 @@ EPISODES = [  # one task of each suite; libero_goal's and libero_spatial's place
     ("libero_90", "close the top drawer of the cabinet [KITCHEN_SCENE10]", 49),
 ]
 pytestmark = pytest.mark.sim
+STATE_TOL = 1e-9  # roundoff: the soft reset's state may differ from a hard reset's in the last bits
 STEP = np.array([0.3, -0.2, 0.1, 0.0, 0.1, 0.0, 1.0])  # a policy step that moves and closes the gripper
 
 
@@ -85,7 +89,8 @@ def _fully_rendered_setup(
 
 def _assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray], when: str) -> None:
     for key in want:
-        assert np.array_equal(got[key], want[key]), f"{when}: {key} differs"
+        gap = float(np.max(np.abs(got[key] - want[key]), initial=0.0))
+        assert gap <= (STATE_TOL if key == "state" else 0.0), f"{when}: {key} differs by {gap}"
 
 
 def test_the_setup_renders_only_the_first_observations_frames(

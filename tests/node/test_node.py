@@ -125,7 +125,11 @@ def test_sim_pin_installs_into_the_node_copy_only_and_records_see_it(
     out = node.prepare(log=print)
     staged = Path(out["SIM_PY"])
     assert staged.is_relative_to(TEST_NODE_CACHE)
-    code = "from harness.episode.bench.maniskill import ManiSkillBenchmark as B; print(B().version)"
+    code = (
+        "import os; from harness.config.settings import Settings; "
+        "from harness.episode.bench.maniskill import ManiSkillBenchmark as B; "
+        "print(B(Settings.from_env(os.environ)).version)"
+    )
     version = subprocess.run(
         [staged, "-c", code],
         cwd=out["EVAL_ROOT"],
