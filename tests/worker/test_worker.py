@@ -194,6 +194,15 @@ def small_disk(tmp_path: Path, request: pytest.FixtureRequest):
     subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+def run_local(env: dict[str, str], runs: Path, **extra: str) -> subprocess.CompletedProcess:
+    """scripts/run_local.sh with 2 nodes over the run `demo` under `runs` (a pool_env run); the
+    envs run in place (the local pool's own default), not staged."""
+    env = {k: v for k, v in env.items() if k not in ("RUN_DIR", "STAGE_ENVS")}
+    env.update(RUNS_ROOT=str(runs), STUDY_RUN="demo", **extra)
+    argv = ["bash", str(REPO / "scripts" / "run_local.sh"), "2"]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=240)
+
+
 def fill(disk: Path, leave: int = 0) -> None:
     """Fill `disk` to its last block, then free `leave` bytes."""
     with open(disk / "filler", "ab", buffering=0) as filler, contextlib.suppress(OSError):
@@ -223,17 +232,8 @@ def test_a_pool_stopped_by_a_full_disk_names_the_cause(tmp_path: Path, small_dis
     `nodes finished with status 1`, the cause left in the workers' logs)."""
     run = make_run(small_disk / "runs" / "demo", [("s", f"t{i}") for i in range(4)])
     env = pool_env(run, UNIT_SEEDS="1", NODE_CACHE=str(tmp_path / "cache"), EVAL_TEST_NUM="400")
-    env.update(RUNS_ROOT=str(small_disk / "runs"), STUDY_RUN="demo", FASTBENCH_STEPS="1")
-    del env["RUN_DIR"]
-    env.pop("STAGE_ENVS", None)
     fill(small_disk, leave=256 * 1024)  # room for the logs and a few hundred episodes, then ENOSPC
-    done = subprocess.run(
-        ["bash", str(REPO / "scripts" / "run_local.sh"), "2"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    done = run_local(env, small_disk / "runs", FASTBENCH_STEPS="1")
     assert done.returncode == 1, done.stdout + done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert re.fullmatch(
@@ -295,16 +295,7 @@ def test_sigterm_releases_the_lease_and_exits_cleanly(tmp_path: Path) -> None:
 def test_local_pool_runs_node_scripts_over_one_queue(tmp_path: Path) -> None:
     run = make_run(tmp_path / "runs" / "demo", [(f"scene{i % 2}", f"task{i}") for i in range(8)])
     env = pool_env(run, UNIT_SEEDS="1", NODE_CACHE=str(tmp_path / "cache"), CPU_WORKERS="2")
-    env.update(RUNS_ROOT=str(tmp_path / "runs"), STUDY_RUN="demo")
-    del env["RUN_DIR"]
-    env.pop("STAGE_ENVS", None)  # the local pool's own default: run the envs in place
-    done = subprocess.run(
-        ["bash", str(REPO / "scripts" / "run_local.sh"), "2"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    done = run_local(env, tmp_path / "runs")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "units 16/16 done, 0 leased, 0 quarantined | episodes 16/16, 0 errored" in done.stdout
     check_finished(run, env, set())
