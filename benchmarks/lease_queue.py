@@ -12,8 +12,11 @@ Phase 2: makespan against the ideal max(total work / workers, longest unit) for 
 seed-slice units (UNIT_SEEDS). Work is a sleep, so the figures measure the queue, not the CPU.
 `--skew seeds`: the long cells have 20x the episodes; `--skew episodes`: 20x longer episodes.
 
-Prints one line per measurement; the last line is `claims_per_s=<n> ops_per_claim=<n> makespan_ratio=<n>`
-(makespan_ratio of the seed-slice run). A benchmark, not a test: it does not pass or fail.
+Each run also prints, per claim: wall ms in claim + mark, misses (a claim's rename that found the unit
+taken), listings of the whole leases dir (O(units) on the server) and CPU ms (the worker process's).
+Prints one line per measurement; the last line is `claims_per_s=<n> ops_per_claim=<n> makespan_ratio=<n>
+misses_per_claim=<n> listings_per_claim=<n> cpu_ms_per_claim=<n>` (the last four of the seed-slice run).
+A benchmark, not a test: it does not pass or fail.
 """
 
 from __future__ import annotations
@@ -41,23 +44,37 @@ COUNTED += ("fstat", "write")
 
 
 def count_fs_ops() -> Counter:
-    """Wrap this process's `os` filesystem calls with counters (the queue calls them through `os`)."""
+    """Wrap this process's `os` filesystem calls with counters (the queue calls them through `os`).
+    Two more, not FS operations: `miss`, a claim's rename that failed because another worker holds
+    the unit (or it is done), and `listing`, a listdir of the whole leases dir."""
     counts: Counter = Counter()
     for name in COUNTED:
         real = getattr(os, name)
 
         def wrapper(*args, _real=real, _name=name, **kwargs):
             counts[_name] += 1
-            return _real(*args, **kwargs)
+            if _name == "listdir" and str(args[0]).endswith(".leases"):
+                counts["listing"] += 1
+            try:
+                return _real(*args, **kwargs)
+            except OSError:
+                if _name == "rename" and Path(args[0]).name.startswith(".claim."):
+                    counts["miss"] += 1
+                raise
 
         setattr(os, name, wrapper)
     return counts
+
+
+def fs_ops(counts: Counter) -> int:
+    return sum(n for name, n in counts.items() if name in COUNTED)
 
 
 def worker(run: RunDir, units: list[Unit], wid: int, durations: dict[str, float], gate, out) -> None:
     queue = open_queue(run, f"bench{wid}", units, random.Random(wid))
     counts = count_fs_ops()
     gate.wait()
+    cpu = time.process_time()
     claims, last_done, in_queue, overshoot = 0, 0.0, 0.0, 0.0
     while True:
         t0 = time.perf_counter()
@@ -72,14 +89,16 @@ def worker(run: RunDir, units: list[Unit], wid: int, durations: dict[str, float]
         claims, last_done = claims + 1, time.time()
         in_queue += (t1 - t0) + (time.perf_counter() - t2)
         overshoot += (t2 - t1) - nominal
-    out.put((claims, sum(counts.values()), last_done, in_queue, overshoot))
+    cpu = time.process_time() - cpu
+    out.put((claims, fs_ops(counts), last_done, in_queue, overshoot, counts["miss"], counts["listing"], cpu))
 
 
 def run_pool(
     units: list[Unit], workers: int, durations: dict[str, float], label: str, mounts: list[Path] | None = None
-) -> tuple[float, int, int]:
+) -> tuple[float, int, int, str]:
     """Seconds from the common start until the last unit was done, claims, FS operations (the
-    idle workers' polling until they see that nothing is left included). The run dir is made in
+    idle workers' polling until they see that nothing is left included), and the per-claim figures
+    as `name=value` words. The run dir is made in
     `mounts[0]` (default: the temp dir); worker i sees it through `mounts[i % len(mounts)]`."""
     if mounts:
         mounts[0].mkdir(parents=True, exist_ok=True)
@@ -113,9 +132,15 @@ def run_pool(
     assert len(scan(run.leases).done) == len(units), "not every unit was marked done"
     shutil.rmtree(root)
     claims = sum(r[0] for r in results)
-    in_queue, overshoot = (sum(r[i] for r in results) / max(claims, 1) * 1000 for i in (3, 4))
-    print(f"  {label}: per claim {in_queue:.1f} ms in claim+mark, {overshoot:.1f} ms sleep overshoot")
-    return max(r[2] for r in results) - start, claims, sum(r[1] for r in results)
+    per_claim = (sum(r[i] for r in results) / max(claims, 1) for i in range(3, 8))
+    in_queue, overshoot, misses, listings, cpu = per_claim
+    print(
+        f"  {label}: per claim {in_queue * 1000:.1f} ms in claim+mark, {overshoot * 1000:.1f} ms sleep "
+        f"overshoot, {misses:.2f} misses, {listings:.3f} listings, {cpu * 1000:.2f} ms CPU"
+    )
+    words = f"misses_per_claim={misses:.2f} listings_per_claim={listings:.3f}"
+    words += f" cpu_ms_per_claim={cpu * 1000:.2f}"
+    return max(r[2] for r in results) - start, claims, sum(r[1] for r in results), words
 
 
 def skewed_cells(cells: int, seeds: int, skew: str, rng: random.Random) -> list[tuple[Cell, int, float]]:
@@ -129,8 +154,8 @@ def skewed_cells(cells: int, seeds: int, skew: str, rng: random.Random) -> list[
     return out
 
 
-def makespan(args: argparse.Namespace, unit_seeds: int) -> tuple[float, float]:
-    """(makespan / ideal, ideal seconds) of the skewed workload cut into units of `unit_seeds`."""
+def makespan(args: argparse.Namespace, unit_seeds: int) -> tuple[float, str]:
+    """Makespan / ideal of the skewed workload cut into units of `unit_seeds`, and its per-claim words."""
     units, durations = [], {}
     for cell, count, factor in skewed_cells(args.cells, args.seeds, args.skew, random.Random(7)):
         for unit in split(cell.scene, cell.task, f"{cell.scene}_bench", list(range(count)), unit_seeds):
@@ -138,11 +163,11 @@ def makespan(args: argparse.Namespace, unit_seeds: int) -> tuple[float, float]:
             durations[unit.key] = len(unit.seeds) * args.episode_s * factor
     ideal = max(sum(durations.values()) / args.workers, max(durations.values()))
     label = f"makespan, {'whole cells' if unit_seeds == 0 else f'slices of {unit_seeds}'}"
-    wall, _, _ = run_pool(units, args.workers, durations, label)
+    wall, _, _, words = run_pool(units, args.workers, durations, label)
     print(
         f"{label}: {len(units)} units, ideal {ideal:.2f} s, makespan {wall:.2f} s, ratio {wall / ideal:.3f}"
     )
-    return wall / ideal, ideal
+    return wall / ideal, words
 
 
 def main() -> None:
@@ -174,7 +199,7 @@ def main() -> None:
     for spec in args.root or [""]:
         mounts = [Path(p) for p in spec.split(",")] if spec else None
         label = f"throughput on {spec}" if spec else "throughput"
-        wall, claims, ops = run_pool(units, args.workers, {}, label, mounts)
+        wall, claims, ops, _ = run_pool(units, args.workers, {}, label, mounts)
         figures.append((spec or "local", claims / wall, ops / claims))
         print(f"{label}: {claims} claims by {args.workers} processes in {wall:.2f} s: "
               f"{claims / wall:.0f} claims/s, {ops / claims:.1f} FS ops per claim")  # fmt: skip
@@ -186,8 +211,12 @@ def main() -> None:
         print(f"claims_per_s={claims_per_s:.0f} ops_per_claim={ops_per_claim:.1f}")
         return
     makespan(args, 0)
-    ratio, _ = makespan(args, args.unit_seeds)
-    print(f"claims_per_s={claims_per_s:.0f} ops_per_claim={ops_per_claim:.1f} makespan_ratio={ratio:.3f}")
+    ratio, words = makespan(args, args.unit_seeds)
+    print(
+        f"claims_per_s={claims_per_s:.0f} ops_per_claim={ops_per_claim:.1f}",
+        f"makespan_ratio={ratio:.3f}",
+        words,
+    )
 
 
 if __name__ == "__main__":

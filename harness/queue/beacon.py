@@ -30,6 +30,7 @@ class Beacon:
     def __init__(self, root: Path) -> None:
         digest = hashlib.sha256(os.fsencode(os.path.abspath(root))).hexdigest()[:16]
         self.path = Path(tempfile.gettempdir()) / f"harness-queue-{digest}.beacon"
+        self._seen = 0  # the ring that ended the last wait: within SLACK_NS it would end the next too
 
     def ring(self) -> None:
         """Tell this node's waiting workers that the queue changed (best effort)."""
@@ -37,12 +38,13 @@ class Beacon:
             self.path.touch()
 
     def wait(self, seconds: float) -> bool:
-        """Sleep up to `seconds`; True as soon as the beacon rings after the wait began."""
-        since = time.time_ns() - SLACK_NS
+        """Sleep up to `seconds`; True as soon as the beacon rings after the wait began (once a ring)."""
+        since = max(time.time_ns() - SLACK_NS, self._seen + 1)
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0:
             try:
-                if self.path.stat().st_mtime_ns >= since:
+                if (rang := self.path.stat().st_mtime_ns) >= since:
+                    self._seen = rang
                     return True
             except OSError:
                 pass

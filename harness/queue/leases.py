@@ -57,6 +57,7 @@ from harness.queue.units import Unit
 IDLE_S = 0.25  # first wait when every pending unit is leased; doubles up to HEARTBEAT_S
 # (cut short when a worker on this node finishes or releases a unit: harness.queue.beacon)
 MAX_MISSES = 8  # failed claims in a row before the candidate list is re-listed
+DEMOTE_AFTER = 3  # failed claims in a row before the rest of that band goes below the next band
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class LeaseQueue:
         self._misses = 0
         self._last_reap = time.monotonic()
         self._idle_s = IDLE_S
+        self._woken = False  # the last idle wait ended on the beacon
         self._staged: tuple[Path, str] | None = None  # the next claim: its private dir, its generation
         self._stamped = 0.0  # when the staged owner file's mtime (its first heartbeat) was set
         self.root.mkdir(parents=True, exist_ok=True)
@@ -124,9 +126,11 @@ class LeaseQueue:
                     self.close()
                     return None
                 if not self._candidates:
-                    if not self.reap_pass():
+                    # A sibling's ring says a unit was finished or released, not that a lease died:
+                    # list, but reap (O(leases) on the server) only when the back-off ran out
+                    if self._woken or not self.reap_pass():
                         self.close()  # no staged claim ages while idle: its age says its owner lives
-                        self.beacon.wait(self._idle_s)
+                        self._woken = self.beacon.wait(self._idle_s)
                         self._idle_s = min(self._idle_s * 2, self.heartbeat.interval)
                     continue
             elif time.monotonic() - self._last_reap > self.ttl / 2:
@@ -137,14 +141,21 @@ class LeaseQueue:
                 continue
             lease = self._try(key)
             if lease is not None:
-                self._idle_s = IDLE_S
+                self._idle_s, self._woken = IDLE_S, False
                 return lease
+            if self._misses == DEMOTE_AFTER:
+                self._demote(key)
         self.close()
         return None
 
     def _next_candidate(self, prefer: Callable[[Unit], bool] | None, shortest: bool = False) -> str:
         """Take the last preferred candidate (the list is shuffled), else the last one; `shortest`:
-        the cheapest, its cell's lowest slice (the first in the shuffle among equals)."""
+        the cheapest, its cell's lowest slice (the first in the shuffle among equals), or after a
+        miss any unit of the cheapest rank (the first in the list): a pool that starts together
+        wants the same cheapest units, and walking them in the same order is a miss per worker
+        ahead, and a listing per MAX_MISSES of them."""
+        if shortest and self._misses:
+            return self._candidates.pop(0)
         if shortest:
             cheapest = min(
                 range(len(self._candidates)),
@@ -173,13 +184,34 @@ class LeaseQueue:
         self.rng.shuffle(self._candidates)
         # `claim` pops from the end. An adaptive run stops a cell at a prefix of its seeds, so every
         # cell's first slices go before any cell's later ones; otherwise the longest units go first
-        # (the tail stays short), a cell's lower slices before its higher ones; shuffled among equals.
-        if self.prefix_first:
-            self._candidates.sort(key=lambda key: (-self.units[key].lo, self.units[key].rank))
-        else:
-            self._candidates.sort(key=lambda key: (self.units[key].rank, -self.units[key].lo))
+        # (the tail stays short). Shuffled among equals, and nothing finer: every worker sorts alike,
+        # so a key that leaves few units tied (a cell's slice index was one: issue 62) sends them all
+        # to the same units, which others took since this listing; each try is then a miss and
+        # MAX_MISSES of them a listing, O(units) on the server.
+        self._candidates.sort(key=self._band)
         self._misses = 0
         return bool(pending)
+
+    def _band(self, key: str) -> tuple[int, ...]:
+        """A candidate's place in the claim order, higher first; equals stay in the shuffle's order."""
+        unit = self.units[key]
+        return (-unit.lo, unit.rank) if self.prefix_first else (unit.rank,)
+
+    def _demote(self, missed: str) -> None:
+        """Move the rest of `missed`'s band just below the next band. Every worker works through
+        the bands in the same order, so a band's last units go fast and a listing's leftovers of it
+        are taken: DEMOTE_AFTER misses in a row say so, and the next band, which the pool has
+        barely begun, is fresh. Without this each worker tried MAX_MISSES of them and listed the
+        queue again at every band's end. A leftover still free is tried after the next band, or
+        first by any worker that lists (the band is then on top again)."""
+        band = self._band(missed)
+        if not self._candidates or self._band(self._candidates[0]) >= band:
+            return  # the lowest band (the list starts with it): nothing to go below
+        orders = {key: self._band(key) for key in self._candidates}
+        rest = [key for key in self._candidates if orders[key] != band]
+        following = max(orders[key] for key in rest if orders[key] < band)
+        at = next(i for i, key in enumerate(rest) if orders[key] == following)  # `claim` pops from the end
+        self._candidates = rest[:at] + [key for key in self._candidates if orders[key] == band] + rest[at:]
 
     def _try(self, key: str) -> Lease | None:
         """One claim attempt: rename the staged dir (owner file inside) onto the lease name."""

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.queue import leases, listing, reaper
 from harness.queue.beacon import Beacon
 from harness.queue.leases import LeaseQueue, QueueSettings
 from harness.queue.units import Unit
@@ -60,6 +61,44 @@ def test_an_idle_worker_takes_a_released_unit_at_once(tmp_path: Path) -> None:
     out, late, released = _hold_last_unit(tmp_path / "leases", done=False)
     assert out["lease"] is not None and out["lease"].unit == released
     assert late < 1.0, f"the idle worker took the released unit {late:.2f} s after its release"
+
+
+def test_a_woken_worker_lists_again_but_reaps_only_when_its_back_off_runs_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 62: a ring says a sibling finished or released a unit, never that a lease died; an idle
+    worker reaped every lease (O(leases) on the server) at every ring, so at a 256-worker run's end
+    its idle workers reaped 256 leases at each of their siblings' marks. And one ring woke every wait
+    that began within the beacon's 20 ms slack after it, so a worker listed again and again. Failed
+    before: 38 listings and 37 reap passes for these 10 rings (535 listings with the reaps gone alone)."""
+    root = tmp_path / "leases"
+    holder, idler = LeaseQueue(root, UNITS, "a", SETTINGS), LeaseQueue(root, UNITS, "b", SETTINGS)
+    held, first = holder.claim(), idler.claim()
+    assert held is not None and first is not None and idler.mark(first, done=True)
+    calls = {"scan": 0, "inspect": 0}
+
+    def counted(name: str, real):
+        def call(*args, **kwargs):
+            if threading.current_thread().name == "idler":
+                calls[name] += 1
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(leases, "scan", counted("scan", listing.scan))
+    monkeypatch.setattr(reaper, "inspect", counted("inspect", reaper.inspect))
+    out: dict[str, object] = {}
+    waiter = threading.Thread(target=_idle_claim, args=(idler, out), name="idler", daemon=True)
+    waiter.start()
+    for _ in range(10):  # a sibling marks a unit every 0.1 s: the idle worker's back-off never runs out
+        time.sleep(0.1)
+        Beacon(root).ring()
+    time.sleep(0.1)
+    assert holder.mark(held, done=True)
+    waiter.join(timeout=15)
+    assert out["lease"] is None
+    assert 6 <= calls["scan"] <= 20, calls  # a listing a ring: it learns at once, and once a ring
+    assert calls["inspect"] <= 2, calls
 
 
 def test_a_ring_before_the_wait_is_not_a_wake_up(tmp_path: Path) -> None:
