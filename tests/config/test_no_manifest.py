@@ -13,7 +13,7 @@ from harness.config.manifest import ManifestError
 from harness.config.plan import run_units
 from harness.config.rundir import RunDir
 from harness.episode.records import read_tree
-from support.poolkit import make_run, pool_env, start_worker, stop_group
+from support.poolkit import make_run, pool_env, run_worker
 
 HOW = "scripts/new_run.py"
 
@@ -34,11 +34,7 @@ def test_units_are_never_planned_from_the_knobs(hand_made: RunDir, monkeypatch: 
 def test_a_worker_refuses_a_run_dir_without_its_manifest(hand_made: RunDir, tmp_path: Path) -> None:
     env = pool_env(hand_made, create=False)
     log = tmp_path / "w0.log"
-    proc = start_worker(env, "w0", log)
-    try:
-        assert proc.wait(120) == 2, log.read_text()
-    finally:
-        stop_group(proc)
+    assert run_worker(env, log) == 2, log.read_text()
     text = log.read_text()
     assert f"refusing to run: {hand_made.manifest} does not exist" in text and HOW in text, text
     assert "without a contract check" not in text and "Traceback" not in text

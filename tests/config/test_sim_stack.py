@@ -12,7 +12,7 @@ import pytest
 from harness.config import contract, simstack
 from harness.config.manifest import ContractMismatch, contract_hash, load_manifest
 from harness.episode.records import read_tree
-from support.poolkit import make_run, pool_env, start_worker, stop_group
+from support.poolkit import make_run, pool_env, run_worker
 
 
 def test_the_contract_holds_the_declared_stack_and_sim_pin_names_its_version() -> None:
@@ -55,11 +55,7 @@ def test_a_worker_on_another_stack_exits_2_naming_both_versions(tmp_path: Path) 
     (other / "METADATA").write_text("Metadata-Version: 2.1\nName: sapien\nVersion: 9.9.9\n")
     env["PYTHONPATH"] = f"{other.parent}:{env['PYTHONPATH']}"
     log = tmp_path / "w0.log"
-    proc = start_worker(env, "w0", log)
-    try:
-        assert proc.wait(120) == 2, log.read_text()
-    finally:
-        stop_group(proc)
+    assert run_worker(env, log) == 2, log.read_text()
     text = log.read_text()
     have = importlib.metadata.version("sapien")
     assert f"sim_stack.sapien: run.yaml has '{have}', the environment has '9.9.9'" in text, text

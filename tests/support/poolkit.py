@@ -71,6 +71,16 @@ def start_worker(env: dict[str, str], worker_id: str, log: Path) -> subprocess.P
         )  # fmt: skip
 
 
+def run_worker(env: dict[str, str], log: Path, timeout: float = 120) -> int:
+    """Start worker w0 (start_worker), wait for it, and return its exit status; whatever is left of
+    its process group is killed, also when it outlives `timeout` (then TimeoutExpired)."""
+    proc = start_worker(env, "w0", log)
+    try:
+        return proc.wait(timeout)
+    finally:
+        stop_group(proc)
+
+
 def stop_group(proc: subprocess.Popen) -> None:
     """Kill what a test started (the worker and anything left of its process group)."""
     if proc.poll() is None:

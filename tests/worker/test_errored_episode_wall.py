@@ -10,7 +10,7 @@ from pathlib import Path
 
 from harness.episode.records import read_tree
 from harness.worker.sim_slot import episode_wall_s
-from support.poolkit import make_run, pool_env, start_worker, stop_group
+from support.poolkit import make_run, pool_env, run_worker
 
 STALL_S = 3.0
 
@@ -23,11 +23,7 @@ def test_a_stalled_episode_is_recorded_with_its_own_wall_time(tmp_path: Path) ->
         FASTBENCH_STEPS="20", FASTBENCH_STEP_MS="100",  # seed 0: a 2 s episode before seed 1 hangs
     )  # fmt: skip
     log = tmp_path / "w0.log"
-    proc = start_worker(env, "w0", log)
-    try:
-        assert proc.wait(180) == 0, log.read_text()
-    finally:
-        stop_group(proc)
+    assert run_worker(env, log, timeout=180) == 0, log.read_text()
     assert "stalled: episode recorded as errored" in log.read_text()
     lines = [json.loads(x) for p in run.results.rglob("_metrics*.jsonl") for x in p.read_text().splitlines()]
     [trial] = [r for r in lines if r["seed"] == 0]
