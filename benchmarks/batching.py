@@ -1,13 +1,12 @@
 """Batching benchmark: one model server, K sim clients, a model costing 20 ms + 1 ms per batch item.
 
 The policy is the sleep double (`tests/policies/sleep`, infer_ms=20, per_item_ms=1, max_batch=8) in a
-real model server process; each client is its own process with the real `PolicyClient` (the
-same-host shared-memory transport, or with `--wire-shm 0` msgpack over the socket),
-sending what the sim client sends: 3 cameras of 224×224×3 uint8, their camera parameters, a 10-D
-proprio, the instruction, and nothing to do between replies (the model is the bottleneck). Measured:
-observations answered per second over a window, per K = 1, 2, 4, 8, next to the ideal
-K / (20 + K) ms (every call full), and the same server unbatched (MODEL_MAX_BATCH=1) at K = 1, in
-the same run, alternating, `--repeats` times. With `--vla-eval`, vla-eval 0.8.0's batching server
+real model server process; each client is its own process with the real `PolicyClient` (msgpack
+over the server's Unix socket, as a sim on the server's host), sending what the sim client sends:
+3 cameras of 224×224×3 uint8, their camera parameters, a 10-D proprio, the instruction, and nothing
+to do between replies (the model is the bottleneck). Measured: observations answered per second
+over a window, per K = 1, 2, 4, 8, next to the ideal K / (20 + K) ms (every call full), and the
+same server unbatched (MODEL_MAX_BATCH=1) at K = 1, in the same run, alternating, `--repeats` times. With `--vla-eval`, vla-eval 0.8.0's batching server
 (max_wait_time 10 ms, its default) on the same cost and payload, through its own client, too.
 It prints figures; it does not pass or fail on speed.
 
@@ -20,7 +19,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import functools
 import multiprocessing as mp
 import os
 import statistics
@@ -81,11 +79,10 @@ def start_server(tmp: Path, name: str, max_batch: int) -> tuple[subprocess.Popen
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), ready
 
 
-def ours_client(ready: str, index: int, start: float, end: float, counts: Any, shm: str = "1") -> None:
-    """One sim: hello, reset, then infer back to back; counts the replies that land in [start, end).
-    `shm` is its WIRE_SHM ("1": a server that refuses shared memory fails the run)."""
+def ours_client(ready: str, index: int, start: float, end: float, counts: Any) -> None:
+    """One sim: hello, reset, then infer back to back; counts the replies that land in [start, end)."""
     obs = observation(index)
-    with PolicyClient.from_ready_file(ready, timeout_s=60, shm=shm) as client:
+    with PolicyClient.from_ready_file(ready, timeout_s=60) as client:
         client.hello(SPEC)
         client.reset("PickCube", "clean", obs["instruction"], index)
         step, n = 0, 0
@@ -117,7 +114,7 @@ def batch_stats(ready: Path) -> dict[str, Any]:
         return client._call({"type": "ping", "stats": True})["stats"]
 
 
-def run(seconds: float, repeats: int, with_vla_eval: bool, wire_shm: str = "1") -> tuple[float, float]:
+def run(seconds: float, repeats: int, with_vla_eval: bool) -> tuple[float, float]:
     """Every configuration `repeats` times, taking turns, so load from elsewhere hits all alike."""
     rates: dict[str, list[float]] = {}
     mean_b: dict[str, list[float]] = {}
@@ -133,8 +130,7 @@ def run(seconds: float, repeats: int, with_vla_eval: bool, wire_shm: str = "1") 
                 for server, k in [("unbatched", 1)] + [("batched", k) for k in KS]:
                     name, ready = f"{server} K={k}", procs[server][1]
                     before = batch_stats(ready)
-                    ours = functools.partial(ours_client, shm=wire_shm)
-                    rates.setdefault(name, []).append(measure(ours, str(ready), k, seconds))
+                    rates.setdefault(name, []).append(measure(ours_client, str(ready), k, seconds))
                     after = batch_stats(ready)
                     calls, items = after["calls"] - before["calls"], after["items"] - before["items"]
                     mean_b.setdefault(name, []).append(items / max(calls, 1))
@@ -163,13 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=5.0, help="measured window per configuration (default 5)")
     p.add_argument("--repeats", type=int, default=2, help="rounds over all configurations (default 2)")
     p.add_argument("--vla-eval", action="store_true", help="also measure vla-eval 0.8.0's batching server")
-    p.add_argument(
-        "--wire-shm", choices=("1", "0"), default="1", help="1: shared memory (default); 0: msgpack, socket"
-    )
     args = p.parse_args(argv)
     if args.seconds <= 0 or args.repeats < 1:
         p.error("--seconds must be > 0 and --repeats >= 1")
-    k1, k8 = run(args.seconds, args.repeats, args.vla_eval, args.wire_shm)
+    k1, k8 = run(args.seconds, args.repeats, args.vla_eval)
     print(f"k1_vs_unbatched={k1:.3f} k8_vs_ideal={k8:.3f}")
     return 0
 

@@ -5,14 +5,13 @@ Three parts, about 3 minutes in all (`--seconds 5`):
    CUDA_VISIBLE_DEVICES or nvidia-smi, cores, memory), and what torch sees;
 2. the reference policy (`policy/reference`, the shipped checkpoint) in a real model server on
    `--device` (default cuda), batched (`--set max_batch=8`) and unbatched, with K = 1, 2, 4, 8
-   sim-like client processes over the same-host shared-memory wire (benchmarks/batching.py's
-   clients and observation; msgpack where the machine's sandbox refuses shared memory, with the
-   reason printed): observations/s, mean batch size and the model call's ms;
+   sim-like client processes over the server's Unix socket (benchmarks/batching.py's clients and
+   observation): observations/s, mean batch size and the model call's ms;
 3. benchmarks/batching.py's sleep-double figure (`k8_vs_ideal`) on this machine, one round.
 
 `--device cpu` runs the same on a machine without a GPU (a dry run of the script, not a GPU figure).
 Last line: `gpus=<n> workers=<n> sims_per_worker=<s> ref_k1_obs_s=<r> ref_k8_obs_s=<r>
-ref_k8_speedup=<batched K=8 / unbatched K=8> ref_k8_mean_batch=<b> k8_vs_ideal=<r> shm=<1|0>`.
+ref_k8_speedup=<batched K=8 / unbatched K=8> ref_k8_mean_batch=<b> k8_vs_ideal=<r>`.
 It prints figures; it does not pass or fail on speed.
 
 The model servers run on MODEL_PY, else envs/model's Python, else this one. It needs numpy, msgpack,
@@ -26,7 +25,6 @@ machine, from the repository's root, `python3 benchmarks/gpu_check.py`.
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import subprocess
 import sys
@@ -39,8 +37,6 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import batching  # noqa: E402
 from harness.node.sizing import detect, size_node  # noqa: E402
-from harness.wire.client import PolicyClient  # noqa: E402
-from harness.wire.errors import WireError  # noqa: E402
 
 KS = (1, 2, 4, 8)
 CKPT = ROOT / "checkpoints" / "reference"
@@ -87,23 +83,8 @@ def wait_started(name: str, proc: subprocess.Popen, ready: Path, timeout_s: floa
         time.sleep(0.1)
 
 
-def shared_memory(ready: Path) -> str:
-    """WIRE_SHM for the clients: "1" when this machine lets the wire's shared memory through (a
-    sandbox may not), else "0" (msgpack on the same Unix socket), saying why."""
-    try:
-        with PolicyClient.from_ready_file(ready, timeout_s=60, shm="1") as client:
-            client.hello(batching.SPEC)
-    except (WireError, OSError) as exc:
-        print(f"wire: msgpack, not shared memory: {exc}", flush=True)
-        return "0"
-    print("wire: shared memory", flush=True)
-    return "1"
-
-
-def reference_batching(
-    device: str, seconds: float
-) -> tuple[str, dict[str, dict[int, tuple[float, float, float]]]]:
-    """(WIRE_SHM used, {batched, unbatched} -> K -> (obs/s, mean batch, call ms)), K = 1, 2, 4, 8."""
+def reference_batching(device: str, seconds: float) -> dict[str, dict[int, tuple[float, float, float]]]:
+    """{batched, unbatched} -> K -> (obs/s, mean batch, call ms), K = 1, 2, 4, 8."""
     figures: dict[str, dict[int, tuple[float, float, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         servers = {name: start_reference(Path(tmp), name, device, cap)
@@ -111,13 +92,11 @@ def reference_batching(
         try:
             for name, (proc, ready) in servers.items():
                 wait_started(name, proc, ready)
-            wire = shared_memory(servers["batched"][1])
-            client = functools.partial(batching.ours_client, shm=wire)
             print(f"{'server':<12}{'K':>3}{'obs/s':>9}{'mean B':>8}{'call ms':>9}", flush=True)
             for name, (_, ready) in servers.items():
                 for k in KS:
                     before = batching.batch_stats(ready)
-                    rate = batching.measure(client, str(ready), k, seconds)
+                    rate = batching.measure(batching.ours_client, str(ready), k, seconds)
                     after = batching.batch_stats(ready)
                     calls = max(after["calls"] - before["calls"], 1)
                     mean_b = (after["items"] - before["items"]) / calls
@@ -133,7 +112,7 @@ def reference_batching(
             for proc, _ in servers.values():
                 proc.terminate()
                 proc.wait(30)
-    return wire, figures
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,17 +133,17 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"reference policy on {args.device}:", flush=True)
     try:
-        wire, figures = reference_batching(args.device, args.seconds)
+        figures = reference_batching(args.device, args.seconds)
     except RuntimeError as exc:  # the servers' logs are printed above
         p.exit(1, f"gpu_check: {exc}\n")
     k1, k8 = figures["batched"][1][0], figures["batched"][8][0]
     speedup = k8 / figures["unbatched"][8][0]
 
-    _, k8_vs_ideal = batching.run(args.seconds, 1, False, wire)
+    _, k8_vs_ideal = batching.run(args.seconds, 1, False)
     print(
         f"gpus={len(resources.gpus)} workers={len(sizing.devices)} sims_per_worker={sizing.sims_per_worker} "
         f"ref_k1_obs_s={k1:.1f} ref_k8_obs_s={k8:.1f} ref_k8_speedup={speedup:.2f} "
-        f"ref_k8_mean_batch={figures['batched'][8][1]:.2f} k8_vs_ideal={k8_vs_ideal:.3f} shm={wire}"
+        f"ref_k8_mean_batch={figures['batched'][8][1]:.2f} k8_vs_ideal={k8_vs_ideal:.3f}"
     )
     return 0
 

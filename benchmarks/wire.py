@@ -1,43 +1,28 @@
-"""Wire benchmark: one sim-client step round trip on loopback, per codec.
+"""Wire benchmark: one sim-client step round trip, per transport and codec.
 
 The observation is 3 cameras × 224×224×3 uint8 + a 10-D proprio; the reply a 30×10 float32 chunk
-(the `hold` policy, so the model costs ~nothing). The server runs in a separate process, as in a
-real worker. Three codecs over TCP loopback: msgpack, our JSON, and the reference JSON+base64 done
-the plain way (stdlib json + base64, str round trips); the same-host shared-memory transport
-(`shm`, harness.wire.shm: arrays through memfd regions, the server reading the client's lent frames
-as views, msgpack header on the server's Unix socket, harness.wire.local, as a client on its host
-dials it; `shm_tcp`: the same over TCP; `shm_blocking`: the same as `shm` with WIRE_SPIN_US=0 at
-both ends, so every wait sleeps in recv; `shm_one_core`: the same as `shm` with its server on this
-process's core, as on a node where every core runs a sim; each with a server of its own, as a
-worker's sim has), `shm_codec` (both ends' shm codecs in one process, no socket: what of `shm` the
-codec costs) and a plain memcpy of the observation's arrays into a buffer (the physical floor),
-measured in the same run, taking turns in blocks; then `shm_back_to_back`: `shm` again, `--iters`
-round trips in a row with nothing between them (the blocks' first round trips run on caches the
-other codecs' allocations have just emptied); then `shm_after_step` and `msgpack_after_step`: each
-round trip after a sim step's stand-in (STEP_S of this core streaming through 8 MB while the
-server waits), as every request of a real run comes, the two taking turns; and,
-on the same payload, the two other ecosystems' protocols over WebSocket: openpi (our server in
-MODEL_SERVER_PROTOCOL=openpi mode, harness.wire.openpi's client) and vla-eval (vla-eval's own
-`serve` with a `hold` PredictModelServer, harness.wire.vlaeval's client).
+(the `hold` policy, so the model costs ~nothing). The servers run in processes of their own, as in a
+real worker. Measured in the same run, taking turns in blocks: msgpack over the model server's Unix
+socket (what a sim client on the server's host uses), msgpack over TCP loopback (across hosts),
+JSON (the reference protocol's codec) over the Unix socket; a plain memcpy of the observation's
+arrays into a buffer (the physical floor); and, on the same payload, the two other ecosystems'
+protocols over WebSocket: openpi (our server in MODEL_SERVER_PROTOCOL=openpi mode,
+harness.wire.openpi's client) and vla-eval (vla-eval's own `serve` with a `hold`
+PredictModelServer, harness.wire.vlaeval's client). Then `msgpack_after_step`: each round trip
+after a sim step's stand-in (STEP_S of this core streaming through 8 MB while the server waits),
+as every request of a real run comes.
 
-Where: with two cores or more, this process runs on the first and the servers on the second (but
-`shm_one_core`'s), so each end has a core, as a sim and its model server have on a node with room;
-`--no-pin` leaves that to the kernel, which on an idle 2-core VM tends to wake a server on its
-client's core and keep it there (a socket's wake-up is a synchronous one), so that both ends take
-turns on one core. Prints the placement, then the median and p90 µs per round trip; the last
-line is `msgpack_rt_us=<n> json_rt_us=<n> plain_json_rt_us=<n> shm_rt_us=<n> shm_tcp_rt_us=<n>
-shm_blocking_rt_us=<n> shm_one_core_rt_us=<n> shm_codec_rt_us=<n> memcpy_rt_us=<n>
-openpi_rt_us=<n> vla_eval_rt_us=<n> shm_back_to_back_rt_us=<n> shm_after_step_rt_us=<n>
-msgpack_after_step_rt_us=<n>` followed by the `<name>_p90_us=<n>`
-of each, then `shm_vs_memcpy=<shm median / memcpy median> shm_back_to_back_vs_memcpy=<r>`.
+Where: with two cores or more, this process runs on the first and the servers on the second, so
+each end has a core, as a sim and its model server have on a node with room; `--no-pin` leaves
+that to the kernel. Prints the placement, then the median and p90 µs per round trip; the last line
+is `msgpack_rt_us=<n> msgpack_tcp_rt_us=<n> json_rt_us=<n> memcpy_rt_us=<n> openpi_rt_us=<n>
+vla_eval_rt_us=<n> msgpack_after_step_rt_us=<n>`, then the `<name>_p90_us=<n>` of each.
 It prints figures; it does not pass or fail on speed.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
-import json
 import logging
 import os
 import socket
@@ -53,13 +38,11 @@ from typing import Any
 
 import numpy as np
 
-from harness.config import knobs
-from harness.wire import codecs, protocol, vlaeval
+from harness.config.settings import Settings
+from harness.wire import vlaeval
 from harness.wire.client import PolicyClient
 from harness.wire.openpi import OpenpiConnection
 from harness.wire.readyfile import wait_ready
-from harness.wire.shm import Offer, accept_offer
-from harness.wire.shmcodec import ShmCodec
 
 BLOCK = 20  # round trips of one codec in a row
 WARM = 3  # round trips before each block, not timed
@@ -67,48 +50,18 @@ STEP_S = 0.02  # the sim step's stand-in before each `*_after_step` round trip
 SPEC = {"benchmark": "bench", "robot": "panda", "action_dim": 10, "cameras": ["a", "b", "c"]}
 
 
-class PlainJsonCodec:
-    """The reference's way: base64 → str, json.dumps → str → bytes, and back."""
-
-    name = "plain_json"
-
-    def encode(self, msg: dict[str, Any]) -> bytes:
-        def default(obj: Any) -> Any:
-            if isinstance(obj, np.ndarray):
-                return {
-                    "__ndarray__": base64.b64encode(obj.tobytes()).decode(),
-                    "dtype": str(obj.dtype),
-                    "shape": list(obj.shape),
-                }
-            raise TypeError(type(obj).__name__)
-
-        return json.dumps(msg, default=default).encode()
-
-    def decode(self, body: bytes | bytearray) -> dict[str, Any]:
-        def hook(obj: dict[str, Any]) -> Any:
-            if "__ndarray__" in obj:
-                data = base64.b64decode(obj["__ndarray__"])
-                return np.frombuffer(data, dtype=obj["dtype"]).reshape(obj["shape"])
-            return obj
-
-        return json.loads(body.decode(), object_hook=hook)
-
-
-codecs.CODECS["plain_json"] = PlainJsonCodec
-
-
 def serve(ready: str) -> None:
     from harness.model.policyload import load_policy
     from harness.model.server import ModelServer
 
-    ModelServer(load_policy("hold"), ready).serve_forever()
+    ModelServer(load_policy("hold"), ready, Settings.defaults()).serve_forever()
 
 
 def serve_openpi(ready: str) -> None:
     from harness.model.openpi_server import OpenpiServer
     from harness.model.policyload import load_policy
 
-    OpenpiServer(load_policy("hold"), ready).serve_forever()
+    OpenpiServer(load_policy("hold"), ready, Settings.defaults()).serve_forever()
 
 
 def serve_vla_eval(port: int) -> None:
@@ -149,19 +102,12 @@ def observation() -> dict[str, Any]:
 Infer = Callable[[dict[str, Any], int], np.ndarray]
 
 
-def native_client(ready: Path, name: str, spin_us: int | None = None) -> tuple[Infer, Callable[[], None]]:
-    """Our client with codec `name` over TCP, or (`shm*`) with shared memory required, over the
-    server's Unix socket (the same-host default) or (`shm_tcp`) over TCP; polling for replies as
-    WIRE_SPIN_US says unless `spin_us` is given."""
-    spin_us = knobs.get_int("WIRE_SPIN_US") if spin_us is None else spin_us
-    if name.startswith("shm"):
-        unix = "0" if name == "shm_tcp" else "auto"
-        client = PolicyClient.from_ready_file(ready, timeout_s=60, shm="1", unix=unix, spin_us=spin_us)
-    else:
-        client = PolicyClient.from_ready_file(ready, timeout_s=60, codec=name, shm="0", unix="0")
+def native_client(ready: Path, name: str) -> tuple[Infer, Callable[[], None]]:
+    """Our client: `msgpack` and `json` over the server's Unix socket, `msgpack_tcp` over TCP."""
+    codec, unix = name.removesuffix("_tcp"), not name.endswith("_tcp")
+    client = PolicyClient.from_ready_file(ready, timeout_s=60, codec=codec, unix=unix)
     client.hello(SPEC)
-    assert type(client._codec) is (ShmCodec if name.startswith("shm") else codecs.CODECS[name])
-    assert (client._sock.family == socket.AF_UNIX) == (name != "shm_tcp" and name.startswith("shm"))
+    assert client._codec.name == codec and (client._sock.family == socket.AF_UNIX) == unix
     client.reset("bench", "bench", "hold still", 0)
     return client.infer, client.close
 
@@ -238,30 +184,6 @@ def memcpy_client() -> tuple[Infer, Callable[[], None]]:
     return infer, lambda: None
 
 
-def shm_codec_client() -> tuple[Infer, Callable[[], None]]:
-    """Not a round trip: both ends' shared-memory codecs in this process, no socket, no second
-    process: the codec's share of `shm` (each array copied in and out, skeletons, checks)."""
-    limit = knobs.get_int("WIRE_MAX_FRAME")
-    offer = Offer()
-    request, reply = accept_offer(offer.field, limit)
-    client = ShmCodec(offer.request, offer.reply, limit, lend=True)
-    server = ShmCodec(reply, request, limit)
-    chunk = np.zeros((30, 10), np.float32)
-
-    def infer(obs: dict[str, Any], step: int) -> np.ndarray:
-        server.decode(client.encode(protocol.infer(obs, step)))
-        return client.decode(server.encode({"type": "infer", "actions": chunk}))["actions"]
-
-    def close() -> None:
-        client.close()
-        server.close()
-
-    return infer, close
-
-
-SHM_CLIENTS = ("shm", "shm_tcp", "shm_blocking", "shm_one_core")
-
-
 def placement(pin: bool) -> tuple[int | None, int | None]:
     """(this process's core, the servers' core): the first two this process may use, pinned now
     and said; (None, None) when not pinning or with one core."""
@@ -270,8 +192,7 @@ def placement(pin: bool) -> tuple[int | None, int | None]:
         print(f"placement: left to the kernel ({len(cores)} cores)")
         return None, None
     os.sched_setaffinity(0, {cores[0]})
-    print(f"placement: this process (the clients) on core {cores[0]}, the servers on core {cores[1]}, "
-          f"shm_one_core's server on core {cores[0]}")  # fmt: skip
+    print(f"placement: this process (the clients) on core {cores[0]}, the servers on core {cores[1]}")
     return cores[0], cores[1]
 
 
@@ -306,50 +227,30 @@ def main() -> None:
         else:
             (serve if args.serve else serve_openpi)(args.serve or args.serve_openpi)
         return
-    client_core, server_core = placement(args.pin)
+    server_core = placement(args.pin)[1]
     with tempfile.TemporaryDirectory() as tmp:
         ready, openpi_ready, port = Path(tmp) / "ready.json", Path(tmp) / "openpi.json", free_port()
-        # each shared-memory client has a server of its own, as a worker's sim has (the socket
-        # codecs share one): a server polls for a session's requests only while it has no other
-        shm_ready = {name: Path(tmp) / f"{name}.json" for name in SHM_CLIENTS}
         servers = [
             start(["--serve", str(ready)], {}, server_core),
             start(["--serve-openpi", str(openpi_ready)], {}, server_core),
             start(["--serve-vla-eval", str(port)], {}, server_core),
         ]
-        for name, path in shm_ready.items():
-            env = {"WIRE_SPIN_US": "0"} if name == "shm_blocking" else {}
-            core = client_core if name == "shm_one_core" else server_core
-            servers.append(start(["--serve", str(path)], env, core))
         try:
             wait_vla_eval(port, servers[2])
-            clients = {name: native_client(ready, name) for name in ("msgpack", "json", "plain_json")}
-            for name, path in shm_ready.items():
-                clients[name] = native_client(path, name, spin_us=0 if name == "shm_blocking" else None)
-            clients["shm_codec"] = shm_codec_client()
+            clients = {name: native_client(ready, name) for name in ("msgpack", "msgpack_tcp", "json")}
             clients["memcpy"] = memcpy_client()
             clients["openpi"] = openpi_client(openpi_ready)
             clients["vla_eval"] = vla_eval_client(port)
             results = measure(clients, args.iters)
-            # the shm codec alone, its blocks one after the other: nothing else between round trips
-            alone = {"shm_back_to_back": native_client(shm_ready["shm"], "shm")}
-            results |= measure(alone, args.iters)
-            stepped = {"shm": native_client(shm_ready["shm"], "shm")}
-            stepped["msgpack"] = native_client(ready, "msgpack")
-            results |= after_step(stepped, max(2, args.iters // 4))
+            results |= after_step({"msgpack": native_client(ready, "msgpack")}, max(2, args.iters // 4))
         finally:
             for server in servers:
                 server.terminate()
                 server.wait(30)
     for name, us in results.items():
-        print(f"{name:>10}: median {statistics.median(us):8.0f} µs, p90 {p90(us):8.0f} µs per round trip")
+        print(f"{name:>18}: median {statistics.median(us):8.0f} µs, p90 {p90(us):8.0f} µs per round trip")
     medians = " ".join(f"{name}_rt_us={statistics.median(us):.0f}" for name, us in results.items())
-    memcpy = statistics.median(results["memcpy"])
-    print(
-        medians + " " + " ".join(f"{name}_p90_us={p90(us):.0f}" for name, us in results.items())
-        + f" shm_vs_memcpy={statistics.median(results['shm']) / memcpy:.1f}"
-        + f" shm_back_to_back_vs_memcpy={statistics.median(results['shm_back_to_back']) / memcpy:.1f}"
-    )  # fmt: skip
+    print(medians + " " + " ".join(f"{name}_p90_us={p90(us):.0f}" for name, us in results.items()))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from harness.config import knobs
 from harness.config.failures import run_command
 from harness.config.policymap import PolicyMapError, load_policy_map
+from harness.config.settings import Settings
 from harness.config.stopsignals import StopSignals
 from harness.model.dialout import connect_out
 from harness.model.policyload import LoadedPolicy, PolicyRefused, load_policy
@@ -60,29 +61,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def listener(policy: LoadedPolicy, ready_file: str) -> ModelServer | OpenpiServer | VlaEvalServer:
+def listener(
+    policy: LoadedPolicy, ready_file: str, settings: Settings
+) -> ModelServer | OpenpiServer | VlaEvalServer:
     """The server MODEL_SERVER_PROTOCOL asks for: ours, or one that openpi clients or vla-eval's
     runner can talk to. A WebSocket front end (and the websockets package) is imported only when
     asked for, so that the native server runs where websockets is not installed (a GPU machine's
     image: docs/performance.md, "The GPU check")."""
-    chosen = knobs.get_choice("MODEL_SERVER_PROTOCOL", ("native", "openpi", "vlaeval"))
+    chosen = settings.model_server_protocol
     if chosen == "native":
-        return ModelServer(policy, ready_file)
+        return ModelServer(policy, ready_file, settings)
     if chosen == "vlaeval":
         from harness.model.vlaeval_server import VlaEvalServer
 
-        return VlaEvalServer(policy, ready_file)
+        return VlaEvalServer(policy, ready_file, settings)
     from harness.model.openpi_server import OpenpiServer
 
-    path = knobs.get("MODEL_SERVER_MAP")
+    path = settings.model_server_map
     policy_map = load_policy_map(path, "MODEL_SERVER_MAP") if path else None
-    return OpenpiServer(policy, ready_file, policy_map=policy_map)
+    return OpenpiServer(policy, ready_file, settings, policy_map=policy_map)
 
 
-def serve(args: argparse.Namespace, policy: LoadedPolicy) -> None:
+def serve(args: argparse.Namespace, policy: LoadedPolicy, settings: Settings) -> None:
     """Serve until SIGTERM/SIGINT, which only raise a flag (harness.config.stopsignals): the
     server's shutdown runs in the flag's watcher thread, never inside the signal handler."""
-    server = None if args.connect else listener(policy, args.ready_file)
+    server = None if args.connect else listener(policy, args.ready_file, settings)
     signals = StopSignals(on_stop=None if server is None else lambda signum: server.shutdown())
     try:
         if server is not None:
@@ -92,7 +95,9 @@ def serve(args: argparse.Namespace, policy: LoadedPolicy) -> None:
             write_ready(args.info_file, {"pid": os.getpid(), "policy": policy.name, "ckpt": policy.ckpt})
         # dialled out: recv waits for the sim and no flag interrupts it, so a stop signal just ends us
         signals.run_until_stopped(
-            functools.partial(connect_out, policy, args.connect, args.connect_timeout, signals.stopped)
+            functools.partial(
+                connect_out, policy, settings, args.connect, args.connect_timeout, signals.stopped
+            )
         )
     finally:
         signals.close()
@@ -102,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        serve(args, load_policy(args.policy, args.ckpt, args.overrides))
+        settings = Settings.from_env(os.environ)
+        serve(args, load_policy(args.policy, args.ckpt, args.overrides, settings), settings)
     except (PolicyRefused, PolicyMapError, WireError, ValueError) as exc:
         print(f"policy_model_server: {exc}", file=sys.stderr)
         return 2

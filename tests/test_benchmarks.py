@@ -25,8 +25,8 @@ def test_benchmark_answers_help(script: Path) -> None:
 
 def test_gpu_check_dry_run_on_the_cpu() -> None:
     """The GPU check is run only when a session is lent a GPU machine, with minutes to spare: its
-    dry run here keeps it working (the model servers start, the clients get shared memory, the
-    last line holds every figure)."""
+    dry run here keeps it working (the model servers start, the clients are served, the last line
+    holds every figure)."""
     model_py = os.environ.get("MODEL_PY") or str(ROOT / "envs" / "model" / "bin" / "python")
     if not Path(model_py).exists():
         pytest.skip("MODEL_PY env not installed")
@@ -37,7 +37,6 @@ def test_gpu_check_dry_run_on_the_cpu() -> None:
     last = done.stdout.strip().splitlines()[-1]
     assert re.fullmatch(
         r"gpus=0 workers=\d+ sims_per_worker=\d+ ref_k1_obs_s=[\d.]+ ref_k8_obs_s=[\d.]+ "
-        r"ref_k8_speedup=[\d.]+ ref_k8_mean_batch=[\d.]+ k8_vs_ideal=[\d.]+ shm=1",
+        r"ref_k8_speedup=[\d.]+ ref_k8_mean_batch=[\d.]+ k8_vs_ideal=[\d.]+",
         last,
     ), last
-    assert "wire: shared memory" in done.stdout

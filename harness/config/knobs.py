@@ -27,12 +27,9 @@ from harness.config.knobtypes import (
     number,
     seconds,
 )
-from harness.wire.frames import DEFAULT_MAX_FRAME
-from harness.wire.local import UNIX_MODES
-from harness.wire.shm import SHM_MODES
-from harness.wire.spin import DEFAULT_SPIN_US
 
-WIRE_CODECS = ("msgpack", "json")  # harness.wire.codecs.CODECS, without importing numpy here
+WIRE_CODECS = ("msgpack", "json")  # harness.wire.codecs.CODECS (tests/wire checks they agree)
+DEFAULT_MAX_FRAME = 64 << 20  # WIRE_MAX_FRAME's default: harness.wire.frames' (tests/wire checks)
 
 
 @dataclass(frozen=True)
@@ -195,19 +192,11 @@ KNOBS: dict[str, Knob] = {
         Knob("POOL_NODES", "2", "nodes in an orchestrator's pool (sweep, fill-in, multi-model pool)", False,
              accepts=integer(1)),
         Knob("SRUN_ARGS", "", "extra srun arguments, e.g. `--partition=gpu --gres=gpu:1`", False),
-        # wire: same-host shared memory (harness.wire.shm)
-        Knob("WIRE_SHM", "auto",
-             "arrays through shared memory: auto (when the model server is on this host), 0 (never), "
-             "1 (always; an error if refused)", False, accepts=choice(*SHM_MODES)),
-        Knob("WIRE_UNIX", "auto",
-             "auto (a client on the model server's host dials its Unix socket, TCP if that fails) or 0 "
-             "(TCP only, both ends)", False, accepts=choice(*UNIX_MODES)),
-        Knob("WIRE_SPIN_US", str(DEFAULT_SPIN_US), "µs a reader polls for a quick peer's next frame before "
-             "it sleeps (0: never)", False, accepts=integer(0)),
         # model server memory (harness.model.inflight)
-        Knob("MODEL_SERVER_INFLIGHT_BYTES", str(DEFAULT_MAX_FRAME),
-             "request bytes a model server's connections hold at once (frames over 256 KiB, shared-memory "
-             "arrays); more wait, then get a `server busy` error", False, accepts=integer(1)),
+        Knob("MODEL_SERVER_INFLIGHT_BYTES", str(2 * DEFAULT_MAX_FRAME),
+             "request memory a model server's connections hold at once: 2 bytes per byte of each frame "
+             "over 256 KiB (the body and what it decodes into); more wait, then get a `server busy` error",
+             False, accepts=integer(1)),
     ]
 }
 # fmt: on

@@ -92,13 +92,15 @@ class Settings:
     launcher: str
     pool_nodes: int
     srun_args: str
-    wire_shm: str
-    wire_unix: str
-    wire_spin_us: int
     model_server_inflight_bytes: int
     # EVAL_CONTRACT: the run contract's hash, set by the worker once it verified the run ("" before);
     # every record carries it
     contract: str = ""
+
+    @classmethod
+    def defaults(cls) -> Settings:
+        """Every knob at its default: for library calls that are given no settings (tests, tools)."""
+        return cls.from_env({})
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

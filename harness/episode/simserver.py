@@ -94,17 +94,10 @@ def connect(
     external openpi / vla-eval server), hello not yet sent."""
     if settings.policy_server:
         return external_client(settings, run_dir)
-    wire = {
-        "codec": settings.wire_codec,
-        "max_frame": settings.wire_max_frame,
-        "shm": settings.wire_shm,
-        "spin_us": settings.wire_spin_us,
-    }
+    wire = {"codec": settings.wire_codec, "max_frame": settings.wire_max_frame, "timeout_s": timeout_s}
     if settings.sim_as_server:
-        return PolicyClient.listen(ready_file, timeout_s=timeout_s, bind=settings.model_server_bind, **wire)
-    host = settings.model_server_host or None
-    unix = settings.wire_unix
-    return PolicyClient.from_ready_file(ready_file, timeout_s=timeout_s, host=host, unix=unix, **wire)
+        return PolicyClient.listen(ready_file, bind=settings.model_server_bind, **wire)
+    return PolicyClient.from_ready_file(ready_file, host=settings.model_server_host or None, **wire)
 
 
 def external_client(settings: Settings, run_dir: Path) -> ExternalPolicyClient:

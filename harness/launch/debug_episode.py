@@ -74,7 +74,7 @@ class InProcessServer:
         if trace is not None:  # a debugger traces the caller: let its breakpoints stop in the policy too
             sys.settrace(trace)
         try:
-            serve_connection(conn, self.policy)
+            serve_connection(conn, self.policy, self.settings)
         finally:  # whatever ended the handler, the sim side sees the peer gone, never waits for a reply
             conn.close()
 
@@ -123,7 +123,7 @@ def run_inprocess(
     new_run(run.root, queue_file)
     settings = dataclasses.replace(settings, contract=verify_environment(run.root))  # every record carries it
     bench = load_benchmark(settings.benchmark, settings)
-    policy = load_policy(settings.policy, settings.ckpt_name, list(settings.policy_args))
+    policy = load_policy(settings.policy, settings.ckpt_name, list(settings.policy_args), settings)
     unit, chosen = choose_episode(run, policy, task, scene, seed)
     report(f"in-process: {unit.scene} {unit.task} seed {chosen} ({policy.name}, this process only)")
     server = InProcessServer(policy, settings)

@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+from harness.config.settings import Settings
 from harness.model.policyload import LoadedPolicy
 from harness.model.server import serve_connection
 from harness.wire.errors import WireError
@@ -19,7 +20,11 @@ from harness.wire.readyfile import read_ready
 
 
 def connect_out(
-    policy: LoadedPolicy, target: str | Path, timeout_s: float, stop: threading.Event | None = None
+    policy: LoadedPolicy,
+    settings: Settings,
+    target: str | Path,
+    timeout_s: float,
+    stop: threading.Event | None = None,
 ) -> None:
     """Sim-as-server: dial the sim side and serve it.
 
@@ -29,7 +34,7 @@ def connect_out(
     stop = stop or threading.Event()
     if isinstance(target, str) and ":" in target and not Path(target).exists():
         host, port = parse_target(target)
-        serve_connection(_dial(host, port, timeout_s, stop), policy)
+        serve_connection(_dial(host, port, timeout_s, stop), policy, settings)
         return
     served: set[tuple[str, int, int]] = set()
     while not stop.is_set():
@@ -48,7 +53,7 @@ def connect_out(
             time.sleep(0.1)
             continue
         served.add(key)
-        serve_connection(conn, policy, reply_token=info.get("token"))
+        serve_connection(conn, policy, settings, reply_token=info.get("token"))
 
 
 def parse_target(target: str) -> tuple[str, int]:

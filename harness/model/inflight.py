@@ -1,15 +1,16 @@
-"""The model server's budget of request bytes in flight across all its sessions, and giving the
+"""The model server's budget of request memory in flight across all its sessions, and giving the
 memory of big requests back.
 
 Why: every connection has its own thread, so N clients each sending a WIRE_MAX_FRAME frame at once
 held N bodies and N sets of decoded arrays together (8 x 64 MiB took the server up by ~850 MB).
-A frame bigger than SMALL_FRAME reserves its size here before its body is read, all or nothing
-(no two frames can each hold part of the budget and wait for the rest); shared-memory arrays
-reserve the bytes they will copy out before they are copied. A reservation waits at most WAIT_S
-for the budget, then is refused (`Busy`), and is held until its request's reply went out.
-Requests up to SMALL_FRAME (frame and shared-memory arrays together) are not counted: they fit the
-one first read every connection may cost anyway (MODEL_SERVER_MAX_CONNS bounds those), so a ping
-or a small observation never waits behind a big frame.
+A frame bigger than SMALL_FRAME reserves what it will cost here before its body is read, all or
+nothing (no two frames can each hold part of the budget and wait for the rest): DECODED_FACTOR
+times its size, its body and what that decodes into, since each array is copied out of the body
+once and everything else a body holds is capped by its item count (`harness.wire.bounds`). A
+reservation waits at most WAIT_S for the budget, then is refused (`Busy`), and is held until its
+request's reply went out. Requests up to SMALL_FRAME are not counted: they fit the one first read
+every connection may cost anyway (MODEL_SERVER_MAX_CONNS bounds those), so a ping or a small
+observation never waits behind a big frame.
 
 Giving memory back: a process's first budget fixes glibc's allocation thresholds
 (`settle_allocator`), so buffers of 1 MiB and more are mappings of their own that go back to the
@@ -28,6 +29,7 @@ import time
 from harness.wire.errors import WireError
 
 SMALL_FRAME = 256 << 10  # frames up to this size are not counted (harness.wire.frames.FIRST_READ)
+DECODED_FACTOR = 2  # a frame costs its body and, at most, as much again decoded
 WAIT_S = 20.0  # the longest a frame waits for the budget before it is refused
 TRIM_AFTER = 8 << 20  # bytes released since the last trim that make the next idle moment trim
 
@@ -89,11 +91,18 @@ class InflightBudget:
         return self._held
 
     def reserve(self, size: int) -> Reservation:
-        """A reservation for a request of `size` bytes (charged once it passes SMALL_FRAME);
-        `Busy` after WAIT_S."""
-        reservation = Reservation(self)
-        reservation.extend(size)
-        return reservation
+        """A reservation for a request whose frame is `size` bytes (charged DECODED_FACTOR x size
+        once it passes SMALL_FRAME); `Busy` after WAIT_S, WireError if it could never fit."""
+        cost = DECODED_FACTOR * size
+        if cost > self.limit:  # could never fit: refused now, not after WAIT_S
+            raise WireError(
+                f"a request of {size} bytes, {cost} bytes decoded, exceeds the limit of "
+                f"{self.limit} bytes ({self.knob})"
+            )
+        charged = cost if size > SMALL_FRAME else 0
+        if charged:
+            self._acquire(charged)
+        return Reservation(self, charged)
 
     def _acquire(self, size: int) -> None:
         deadline = time.monotonic() + WAIT_S
@@ -123,26 +132,13 @@ class InflightBudget:
 class Reservation:
     """One request's share of the budget; `release()` (or leaving its `with`) gives it back."""
 
-    def __init__(self, budget: InflightBudget) -> None:
+    def __init__(self, budget: InflightBudget, size: int) -> None:
         self._budget = budget
-        self.wanted = 0  # the request's bytes so far
-        self.size = 0  # of them, charged to the budget: all once they pass SMALL_FRAME, else none
-
-    def extend(self, size: int) -> None:
-        """Reserve `size` more bytes (waiting as `InflightBudget.reserve` does)."""
-        budget, total = self._budget, self.wanted + max(size, 0)
-        if total > budget.limit:  # could never fit: refused now, not after WAIT_S
-            raise WireError(
-                f"a request of {total} bytes exceeds the limit of {budget.limit} bytes ({budget.knob})"
-            )
-        if total > SMALL_FRAME:
-            budget._acquire(total - self.size)
-            self.size = total
-        self.wanted = total
+        self.size = size  # charged to the budget
 
     def release(self) -> None:
         """Give the bytes back; idempotent. Call it once the request's memory is dropped."""
-        size, self.size, self.wanted = self.size, 0, 0
+        size, self.size = self.size, 0
         if size:
             self._budget._release(size)
 

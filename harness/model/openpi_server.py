@@ -30,6 +30,7 @@ from websockets.frames import CloseCode
 from websockets.sync.server import Request, Response, ServerConnection
 
 from harness.config.policymap import PolicyMap, get_path, put_path
+from harness.config.settings import Settings
 from harness.model.policyload import LoadedPolicy, PolicyCallFailed, PolicyRefused
 from harness.model.session import Drop, Session
 from harness.model.wsfront import WebSocketFrontEnd
@@ -103,7 +104,7 @@ class OpenpiSession:
         return out
 
     def close(self) -> None:
-        """The connection ended: its session leaves the batcher and unmaps its shared memory."""
+        """The connection ended: its session leaves the batcher."""
         self.session.close()
 
     def _start(self, task: str, task_config: str, seed: Any, instruction: str) -> None:
@@ -119,13 +120,13 @@ class OpenpiServer(WebSocketFrontEnd):
     protocol, clients = "openpi", "openpi clients"
 
     def __init__(
-        self, policy: LoadedPolicy, ready_file: str | Path, bind: str | None = None,
+        self, policy: LoadedPolicy, ready_file: str | Path, settings: Settings, bind: str | None = None,
         policy_map: PolicyMap | None = None,
     ) -> None:  # fmt: skip
         if policy_map is not None:
             check_map(policy_map, policy)
         self.policy_map = policy_map
-        super().__init__(policy, ready_file, bind)
+        super().__init__(policy, ready_file, settings, bind)
 
     def admit(self, conn: ServerConnection, request: Request) -> Response | None:
         if request.path == "/healthz":

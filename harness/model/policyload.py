@@ -13,7 +13,6 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -22,16 +21,17 @@ from typing import Any
 import numpy as np
 
 from harness.config.paths import resolve_checkpoint
+from harness.config.settings import Settings
 from harness.model.batcher import Batcher, Member
 from harness.model.collate import collate
 from harness.model.seeding import check_batched_seeding, rng_seed, seed_global_rngs
 from harness.model.wrapper import (
     PolicyRefused,
     action_conventions,
-    batch_settings,
+    batch_size,
+    deploy_settings,
     import_wrapper,
     policy_dir,
-    settings,
 )
 
 log = logging.getLogger("model_server")
@@ -115,11 +115,9 @@ class LoadedPolicy:
         step: int,
         state: SessionState | None = None,
         member: Member | None = None,
-        answered: Callable[[np.ndarray], None] | None = None,
     ) -> np.ndarray:
         """The action chunk [num_actions, action_dim] float32 for one observation, batched with
-        other members' requests. The RNG seed's task and task_config come from obs["episode"].
-        `answered` sends the chunk from the thread that ran the call (`Batcher.submit`)."""
+        other members' requests. The RNG seed's task and task_config come from obs["episode"]."""
         key = 0
         if self._seeded:
             ep = obs.get("episode") or {}
@@ -128,7 +126,7 @@ class LoadedPolicy:
             request = Request(None, self._encode(obs, state), key, state)
         else:
             request = Request(obs, None, key, state)
-        return self.batcher.submit(member or self._direct, request, answered)
+        return self.batcher.submit(member or self._direct, request)
 
     def _encode(self, obs: dict[str, Any], state: SessionState | None) -> dict[str, Any]:
         inputs = self.module.encode_obs(obs) if state is None else self.module.encode_obs(obs, state.value)
@@ -231,10 +229,14 @@ def _log_retry(policy: str, size: int, exc: Exception) -> None:
         )
 
 
-def load_policy(name: str, ckpt: str = "", overrides: list[str] | None = None) -> LoadedPolicy:
-    """Import the wrapper and call get_model once with the yml + overrides + ckpt_path."""
+def load_policy(
+    name: str, ckpt: str = "", overrides: list[str] | None = None, settings: Settings | None = None
+) -> LoadedPolicy:
+    """Import the wrapper and call get_model once with the yml + overrides + ckpt_path; batched as
+    `settings` say (MODEL_MAX_BATCH, MODEL_BATCH_WAIT_MS; None: the knobs' defaults)."""
+    settings = settings or Settings.defaults()
     directory = policy_dir(name)
-    yml, usr_args = settings(directory, overrides)
+    yml, usr_args = deploy_settings(directory, overrides)
     ckpt_path = resolve_checkpoint(ckpt)
     if ckpt and ckpt_path is None:
         raise PolicyRefused(f"checkpoint {ckpt!r}: neither a path nor a directory under $BUNDLE/checkpoints")
@@ -259,7 +261,7 @@ def load_policy(name: str, ckpt: str = "", overrides: list[str] | None = None) -
     if usr_args.get("image_size") is not None:
         spec["image_size"] = usr_args["image_size"]
     spec["action"] = action_conventions(usr_args.get("action_convention"), yml)
-    max_batch, max_wait_s = batch_settings(usr_args, yml)
+    max_batch = batch_size(usr_args, yml, settings.model_max_batch)
     policy = LoadedPolicy(
         directory.name,
         spec["ckpt"],
@@ -269,7 +271,7 @@ def load_policy(name: str, ckpt: str = "", overrides: list[str] | None = None) -
         spec,
         max_batch=max_batch or 1,
         batched=max_batch is not None,
-        max_wait_s=max_wait_s,
+        max_wait_s=settings.model_batch_wait_ms / 1000,
     )
     if policy.batched:
         check_batched_seeding(directory.name, model.generate_actions, usr_args, yml)

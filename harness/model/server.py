@@ -15,7 +15,8 @@ once); until its hello succeeds a connection may send frames of HELLO_MAX_FRAME 
 closed after MODEL_SERVER_HELLO_TIMEOUT seconds; after it, frames as big as the observation its
 hello declares; a frame body costs memory only as it arrives (`harness.wire.frames`), and only
 inside the connections' shared budget of bytes in flight (`harness.model.requests`,
-`harness.model.inflight`: over it, a `server busy` error reply); running out of descriptors in
+`harness.model.inflight`: over it, a `server busy` error reply); a body decodes into no more than
+its item count allows (`harness.wire.bounds`); running out of descriptors in
 accept() is waited out, not fatal. Client faults (bad requests, drops) are logged in throttled
 single lines; only a policy's exception keeps its traceback (also throttled).
 """
@@ -32,17 +33,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.config import knobs
-from harness.model.earlyreply import EarlyReply
+from harness.config.settings import Settings
 from harness.model.inflight import Busy, InflightBudget, Reservation
 from harness.model.policyload import LoadedPolicy, PolicyCallFailed
-from harness.model.requests import decode_request, inflight_budget, next_request
+from harness.model.requests import next_request
 from harness.model.session import Drop, Session
 from harness.wire import protocol
 from harness.wire.codecs import Codec, JsonCodec
-from harness.wire.errors import PeerClosed, StreamBroken, WireError
-from harness.wire.frames import send_frame, set_no_delay
-from harness.wire.local import UNIX_MODES, host_identity, unix_listener
+from harness.wire.errors import PeerClosed, WireError
+from harness.wire.frames import send_frame, tune
+from harness.wire.local import host_identity, unix_listener
 from harness.wire.readyfile import (
     advertised_host,
     listen_socket,
@@ -50,13 +50,12 @@ from harness.wire.readyfile import (
     run_token,
     write_ready,
 )
-from harness.wire.shm import SHM_MODES
-from harness.wire.spin import Spin
 
 log = logging.getLogger("model_server")
 
 IDLE_TIMEOUT_S = 3600.0  # a greeted sim client may spend a long time between requests (slow sim steps)
 ACCEPT_BACKOFF_S = 0.1  # pause between accept() tries while out of descriptors or buffers
+HELLO_REPLY_LIMIT = 1 << 20  # an error reply is a line of text
 LOG_EVERY_S = 10.0  # at most one line per this many seconds for client faults, one for policy failures
 
 
@@ -91,6 +90,7 @@ class FaultLog:
 def serve_connection(
     conn: socket.socket,
     policy: LoadedPolicy,
+    settings: Settings,
     token: str | None = None,
     reply_token: str | None = None,
     hello_timeout_s: float | None = None,
@@ -105,23 +105,18 @@ def serve_connection(
     is the bytes in flight it shares with them (default: its own, of MODEL_SERVER_INFLIGHT_BYTES).
     """
     faults = faults or FaultLog()
-    budget = budget or inflight_budget()
+    budget = budget or InflightBudget(settings.model_server_inflight_bytes)
     conn.settimeout(IDLE_TIMEOUT_S)
-    set_no_delay(conn)
-    limit = knobs.get_int("WIRE_MAX_FRAME")
-    shm_limit = None if knobs.get_choice("WIRE_SHM", SHM_MODES) == "0" else limit
-    session = Session(policy, token, reply_token, shm_limit)
-    early = EarlyReply(conn, limit)
-    session.reply_early = early.send
-    spin_us = knobs.get_int("WIRE_SPIN_US")
-    spin = Spin(spin_us) if spin_us else None  # None: no batcher lookup per request either
+    tune(conn)
+    limit = settings.wire_max_frame
+    session = Session(policy, token, reply_token)
     hello_by = None if hello_timeout_s is None else time.monotonic() + hello_timeout_s
     peer = _peer(conn)
     reservation: Reservation | None = None
     try:
         while True:
             try:
-                body, reservation = next_request(conn, session, limit, budget, hello_by, spin)
+                body, reservation = next_request(conn, session, limit, budget, hello_by)
             except PeerClosed:
                 return
             except Busy as exc:  # its body was read away: the stream is intact, the request refused
@@ -139,10 +134,10 @@ def serve_connection(
                 return
             codec, locked = session.codec, session.locked
             try:
-                msg = decode_request(codec, body, reservation)
+                msg = codec.decode(body)
                 body = None  # the decoded message holds what it needs: the body goes now
                 reply = session.handle(msg)
-            except (Drop, StreamBroken) as exc:
+            except Drop as exc:
                 _drop(conn, codec, peer, str(exc), faults)
                 return
             except PolicyCallFailed as exc:
@@ -156,8 +151,7 @@ def serve_connection(
                 faults.client("bad request from %s: %s", peer, reason)
                 reply = protocol.error(reason)
             body = msg = None  # the request's memory is dropped before its bytes go back to the budget
-            if not early.finish():
-                send_frame(conn, codec.encode(reply), limit)
+            send_frame(conn, codec.encode(reply), limit)
             reply = None
             reservation.release()
             session.switch_codec()
@@ -187,24 +181,26 @@ def _drop(conn: socket.socket, codec: Codec, peer: str, reason: str, faults: Fau
 
 def _try_send(conn: socket.socket, codec: Codec, msg: dict[str, Any]) -> None:
     with contextlib.suppress(WireError, OSError):
-        send_frame(conn, codec.encode(msg))
+        send_frame(conn, codec.encode(msg), HELLO_REPLY_LIMIT)
 
 
 class ModelServer:
-    """Listens on (bind, port 0) and, unless WIRE_UNIX=0, on an abstract Unix socket for clients on
-    this host (`harness.wire.local`); publishes a ready file; one thread per client, up to a limit."""
+    """Listens on (bind, port 0) and on an abstract Unix socket for clients on this host
+    (`harness.wire.local`); publishes a ready file; one thread per client, up to a limit."""
 
-    def __init__(self, policy: LoadedPolicy, ready_file: str | Path, bind: str | None = None) -> None:
+    def __init__(
+        self, policy: LoadedPolicy, ready_file: str | Path, settings: Settings, bind: str | None = None
+    ) -> None:
+        """`bind` overrides MODEL_SERVER_BIND (tests, benchmarks)."""
         self.policy = policy
+        self.settings = settings
         self.ready_file = Path(ready_file)
-        self.bind = knobs.get("MODEL_SERVER_BIND") if bind is None else bind
+        self.bind = settings.model_server_bind if bind is None else bind
         self.token = run_token(self.bind)
-        self.max_conns = knobs.get_int("MODEL_SERVER_MAX_CONNS", minimum=1)
-        self.hello_timeout_s = knobs.get_float("MODEL_SERVER_HELLO_TIMEOUT")
-        knobs.get_choice("WIRE_SHM", SHM_MODES)  # a bad value stops the start, not each connection
+        self.max_conns = settings.model_server_max_conns
         self._slots = threading.BoundedSemaphore(self.max_conns)
         self._faults = FaultLog()
-        self._budget = inflight_budget()  # one for all its connections
+        self._budget = InflightBudget(settings.model_server_inflight_bytes)  # one for all its connections
         self._stop = threading.Event()
         try:
             tcp = listen_socket(self.bind, backlog=64)
@@ -213,13 +209,12 @@ class ModelServer:
         self.port: int = tcp.getsockname()[1]
         self._listeners = [tcp]
         self.unix: str | None = None
-        if knobs.get_choice("WIRE_UNIX", UNIX_MODES) != "0":
-            try:
-                unix, self.unix = unix_listener(backlog=64)
-            except OSError as exc:  # TCP still serves every client
-                log.warning("no Unix socket for same-host clients (%s): they use TCP", exc)
-            else:
-                self._listeners.append(unix)
+        try:
+            unix, self.unix = unix_listener(backlog=64)
+        except OSError as exc:  # TCP still serves every client
+            log.warning("no Unix socket for same-host clients (%s): they use TCP", exc)
+        else:
+            self._listeners.append(unix)
         for listener in self._listeners:
             listener.setblocking(False)
 
@@ -286,8 +281,9 @@ class ModelServer:
             serve_connection(
                 conn,
                 self.policy,
+                self.settings,
                 self.token,
-                hello_timeout_s=self.hello_timeout_s,
+                hello_timeout_s=self.settings.model_server_hello_timeout,
                 faults=self._faults,
                 budget=self._budget,
             )

@@ -16,7 +16,7 @@ session's reset or history never touches another's.
 
 After its hello a session's frames are bounded by the observation its hello declares
 (`observation_frame_limit`: the cameras and image size of the specs), so a greeted client cannot
-send frames of WIRE_MAX_FRAME unless its contract needs them; its shared memory takes the same bound.
+send frames of WIRE_MAX_FRAME unless its contract needs them.
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ from harness.model.policyload import LoadedPolicy, PolicyCallFailed, SessionStat
 from harness.wire import protocol
 from harness.wire.codecs import CODECS, Codec, JsonCodec, get_codec
 from harness.wire.errors import WireError
-from harness.wire.shm import SHM_CODEC, accept_offer
-from harness.wire.shmcodec import ShmCodec
 
 T = TypeVar("T")
 
@@ -57,12 +55,8 @@ class SessionEpisode:
 class Session:
     """One connection's state: agreed codec, authentication, current episode."""
 
-    def __init__(
-        self, policy: LoadedPolicy, token: str | None, reply_token: str | None, shm_limit: int | None = None
-    ) -> None:
-        """`shm_limit` (WIRE_MAX_FRAME) lets a same-host client's shared memory be taken; None refuses it."""
+    def __init__(self, policy: LoadedPolicy, token: str | None, reply_token: str | None) -> None:
         self.policy = policy
-        self.shm_limit = shm_limit
         self.token = token
         self.reply_token = reply_token
         self.codec: Codec = JsonCodec()
@@ -72,24 +66,15 @@ class Session:
         self.episode: SessionEpisode | None = None
         self.state: SessionState | None = None  # the wrapper's per-session state (made at the first reset)
         self.member = policy.batcher.join()
-        # set by a front end that lets the batch's thread send an infer's answer (harness.model.earlyreply)
-        self.reply_early: Callable[[Codec, dict[str, Any]], None] | None = None
 
     def close(self) -> None:
-        """The connection is gone: the batcher stops expecting this session's requests, and its
-        shared memory (agreed, or pending behind a hello reply that never left) is unmapped."""
+        """The connection is gone: the batcher stops expecting this session's requests."""
         self.policy.batcher.leave(self.member)
-        for codec in (self.codec, self.pending_codec):
-            if isinstance(codec, ShmCodec):
-                codec.close()
 
     def switch_codec(self) -> None:
         """Once the hello reply went out (in the old codec), the agreed codec replaces it."""
-        if self.pending_codec is None:
-            return
-        if isinstance(self.codec, ShmCodec):
-            self.codec.close()
-        self.codec, self.pending_codec = self.pending_codec, None
+        if self.pending_codec is not None:
+            self.codec, self.pending_codec = self.pending_codec, None
 
     @property
     def locked(self) -> bool:
@@ -122,42 +107,23 @@ class Session:
             )
         protocol.check_specs(self.policy.spec, msg["spec"])
         frame_limit = observation_frame_limit(msg["spec"], self.policy.spec)
-        name, codec, refused = self._pick_codec(msg, frame_limit)
+        name = next((c for c in msg["codecs"] if isinstance(c, str) and c in CODECS), None)
+        if name is None:
+            raise WireError(
+                f"no common codec: client offers {msg['codecs']!r:.120}, server speaks {sorted(CODECS)}"
+            )
         reply = {
             "type": "hello",
             "version": protocol.PROTOCOL_VERSION,
             "codec": name,
             "spec": self.policy.spec,
         }
-        if refused:
-            reply["shm_refused"] = refused
         if self.reply_token:
             reply["token"] = self.reply_token
         self.greeted = True
         self.frame_limit = frame_limit
-        if isinstance(self.pending_codec, ShmCodec):  # a second hello before the first's reply
-            self.pending_codec.close()
-        self.pending_codec = codec
+        self.pending_codec = get_codec(name)
         return reply
-
-    def _pick_codec(self, msg: dict[str, Any], frame_limit: int | None) -> tuple[str, Codec, str | None]:
-        """The first of the client's codecs this server can use, and why shared memory was not."""
-        refused = None
-        for name in msg["codecs"]:
-            if name == SHM_CODEC and refused is None:
-                if self.shm_limit is None:
-                    refused = "this model server does not take shared memory (WIRE_SHM=0)"
-                    continue
-                limit = self.shm_limit if frame_limit is None else min(self.shm_limit, frame_limit)
-                try:
-                    request, reply = accept_offer(msg.get("shm"), limit)
-                except WireError as exc:
-                    refused = str(exc)
-                    continue
-                return name, ShmCodec(reply, request, limit), None
-            if isinstance(name, str) and name in CODECS:
-                return name, get_codec(name), refused
-        raise WireError(f"no common codec: client offers {msg['codecs']}, server speaks {sorted(CODECS)}")
 
     def _reset(self, msg: dict[str, Any]) -> dict[str, Any]:
         self.episode = SessionEpisode(msg["task"], msg["task_config"], msg["instruction"], msg["seed"])
@@ -174,14 +140,7 @@ class Session:
         obs = dict(msg["obs"])
         obs.setdefault("instruction", ep.instruction)
         obs["episode"] = {"task": ep.task, "task_config": ep.task_config, "seed": ep.seed, "step": step}
-        answered = None
-        if self.reply_early is not None:
-            send, codec = self.reply_early, self.codec
-
-            def answered(chunk: Any) -> None:
-                send(codec, {"type": "infer", "actions": chunk})
-
-        actions = _policy(self.policy.act, obs, ep.seed, step, self.state, self.member, answered)
+        actions = _policy(self.policy.act, obs, ep.seed, step, self.state, self.member)
         return {"type": "infer", "actions": actions}
 
 

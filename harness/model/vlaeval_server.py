@@ -41,7 +41,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 from websockets.sync.server import Request, Response, ServerConnection
 
-from harness.config import knobs
+from harness.config.settings import Settings
 from harness.model.policyload import LoadedPolicy, PolicyCallFailed
 from harness.model.session import Drop, Session
 from harness.model.wsfront import WebSocketFrontEnd
@@ -126,9 +126,11 @@ class VlaEvalServer(WebSocketFrontEnd):
 
     protocol, clients = "vlaeval", "vla-eval clients"
 
-    def __init__(self, policy: LoadedPolicy, ready_file: str | Path, bind: str | None = None) -> None:
-        self.exec_actions = knobs.get_int("EXEC_ACTIONS", minimum=0)
-        super().__init__(policy, ready_file, bind)
+    def __init__(
+        self, policy: LoadedPolicy, ready_file: str | Path, settings: Settings, bind: str | None = None
+    ) -> None:
+        self.exec_actions = settings.exec_actions
+        super().__init__(policy, ready_file, settings, bind)
 
     def admit(self, conn: ServerConnection, request: Request) -> Response | None:
         url = urllib.parse.urlsplit(request.path)

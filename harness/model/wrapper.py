@@ -17,11 +17,8 @@ from typing import Any
 
 import yaml
 
-from harness.config import knobs
 from harness.config.failures import Refused
 from harness.config.paths import CODE_ROOT
-
-MAX_BATCH_WAIT_MS = 1000  # a longer bound would only hide a stalled sim behind every batch
 
 
 class PolicyRefused(Refused):
@@ -53,28 +50,21 @@ def parse_override(item: str) -> tuple[str, Any]:
         raise PolicyRefused(f"override {item!r}: value is not valid YAML: {exc}") from None
 
 
-def batch_settings(usr_args: dict[str, Any], yml: Path) -> tuple[int | None, float]:
-    """(the wrapper's max_batch capped by MODEL_MAX_BATCH, or None when it declares none; the wait
-    bound in seconds), each checked with an error that names the setting or knob."""
+def batch_size(usr_args: dict[str, Any], yml: Path, cap: int) -> int | None:
+    """The wrapper's max_batch capped by `cap` (MODEL_MAX_BATCH, 0: no cap), or None when it
+    declares none; a bad setting is refused naming it."""
     declared = usr_args.get("max_batch")
     if declared is not None and (not isinstance(declared, int) or isinstance(declared, bool) or declared < 1):
         raise PolicyRefused(
             f"policy {yml.parent.name}: setting 'max_batch' must be an integer >= 1 "
             f"in {yml} or --set, got {declared!r}"
         )
-    try:
-        cap = knobs.get_int("MODEL_MAX_BATCH", minimum=0)
-        wait_ms = knobs.get_float("MODEL_BATCH_WAIT_MS")
-    except ValueError as exc:
-        raise PolicyRefused(str(exc)) from None
-    if not 0 <= wait_ms <= MAX_BATCH_WAIT_MS:
-        raise PolicyRefused(f"knob MODEL_BATCH_WAIT_MS={wait_ms:g}: expected 0 to {MAX_BATCH_WAIT_MS} ms")
     if declared is not None and cap:
         declared = min(declared, cap)
-    return declared, wait_ms / 1000
+    return declared
 
 
-def settings(directory: Path, overrides: list[str] | None) -> tuple[Path, dict[str, Any]]:
+def deploy_settings(directory: Path, overrides: list[str] | None) -> tuple[Path, dict[str, Any]]:
     """The wrapper's deploy_policy.yml settings with `overrides` applied (and the yml's path)."""
     yml = directory / "deploy_policy.yml"
     usr_args = (yaml.safe_load(yml.read_text()) if yml.is_file() else None) or {}
@@ -86,14 +76,14 @@ def settings(directory: Path, overrides: list[str] | None) -> tuple[Path, dict[s
 
 def stated_conventions(name: str, overrides: list[str] | None = None) -> list[str]:
     """The action conventions wrapper `name` states it emits (yml + overrides), without loading it."""
-    yml, usr_args = settings(policy_dir(name), overrides)
+    yml, usr_args = deploy_settings(policy_dir(name), overrides)
     return action_conventions(usr_args.get("action_convention"), yml)
 
 
 def stated_checkpoint(name: str, overrides: list[str] | None = None) -> tuple[Path, Any]:
     """(the yml, what wrapper `name` says it loads from its checkpoint: its `needs_checkpoint`
     setting, None when it needs none), unchecked: `harness.config.checkpoint` reads it."""
-    yml, usr_args = settings(policy_dir(name), overrides)
+    yml, usr_args = deploy_settings(policy_dir(name), overrides)
     return yml, usr_args.get("needs_checkpoint")
 
 

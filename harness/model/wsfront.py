@@ -19,7 +19,7 @@ from typing import Any
 
 from websockets.sync.server import Request, Response, ServerConnection, serve
 
-from harness.config import knobs
+from harness.config.settings import Settings
 from harness.model.policyload import LoadedPolicy
 from harness.wire.errors import WireError
 from harness.wire.readyfile import advertised_host, remove_ready, run_token, write_ready
@@ -35,18 +35,21 @@ class WebSocketFrontEnd(ABC):
     protocol = ""
     clients = ""
 
-    def __init__(self, policy: LoadedPolicy, ready_file: str | Path, bind: str | None = None) -> None:
+    def __init__(
+        self, policy: LoadedPolicy, ready_file: str | Path, settings: Settings, bind: str | None = None
+    ) -> None:
+        """`bind` overrides MODEL_SERVER_BIND (tests, benchmarks)."""
         self.policy = policy
         self.ready_file = Path(ready_file)
-        self.bind = knobs.get("MODEL_SERVER_BIND") if bind is None else bind
+        self.bind = settings.model_server_bind if bind is None else bind
         self.token = run_token(self.bind)
         self._stop = threading.Event()
-        self._slots = threading.BoundedSemaphore(knobs.get_int("MODEL_SERVER_MAX_CONNS", minimum=1))
+        self._slots = threading.BoundedSemaphore(settings.model_server_max_conns)
         try:
             self._server = serve(
-                self._handle, self.bind, 0, compression=None, max_size=knobs.get_int("WIRE_MAX_FRAME"),
+                self._handle, self.bind, 0, compression=None, max_size=settings.wire_max_frame,
                 process_request=self.admit, ping_interval=None,
-                open_timeout=knobs.get_float("MODEL_SERVER_HELLO_TIMEOUT"),
+                open_timeout=settings.model_server_hello_timeout,
             )  # fmt: skip
         except OSError as exc:
             raise WireError(f"MODEL_SERVER_BIND={self.bind}: cannot listen there: {exc}") from None

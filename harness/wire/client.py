@@ -1,7 +1,8 @@
 """`PolicyClient`: the sim side of the wire. One connection, one episode at a time.
 
-Normal mode dials the model server found in its ready file; the constructor takes any connected
-stream socket (the in-process debug mode hands it one end of a socketpair). Sim-as-server mode
+Normal mode dials the model server found in its ready file: over its Unix socket when the server
+is on this host (`harness.wire.local`), else over TCP; the constructor takes any connected stream
+socket (the in-process debug mode hands it one end of a socketpair). Sim-as-server mode
 (`PolicyClient.listen`) binds, writes its own ready file and waits for the model side to connect;
 the requests still flow sim → model, so everything after the connect is identical.
 """
@@ -21,8 +22,8 @@ import numpy as np
 from harness.wire import protocol
 from harness.wire.codecs import CODECS, Codec, JsonCodec, get_codec
 from harness.wire.errors import WireError
-from harness.wire.frames import DEFAULT_MAX_FRAME, recv_frame, send_frame, set_no_delay
-from harness.wire.local import UNIX_MODES, dial_unix, reachable
+from harness.wire.frames import DEFAULT_MAX_FRAME, recv_frame, send_frame, tune
+from harness.wire.local import dial_unix, reachable
 from harness.wire.readyfile import (
     advertised_host,
     listen_socket,
@@ -31,9 +32,6 @@ from harness.wire.readyfile import (
     wait_ready,
     write_ready,
 )
-from harness.wire.shm import SHM_CODEC, SHM_MODES, Offer, same_host
-from harness.wire.shmcodec import ShmCodec
-from harness.wire.spin import DEFAULT_SPIN_US, Spin
 
 DEFAULT_IO_TIMEOUT_S = 600.0
 
@@ -45,60 +43,55 @@ class PolicyClient:
         self,
         sock: socket.socket,
         *,
+        max_frame: int = DEFAULT_MAX_FRAME,
         token: str | None = None,
         io_timeout_s: float = DEFAULT_IO_TIMEOUT_S,
         ready_file: Path | None = None,
         expect_token: str | None = None,
         codec: str = "msgpack",
-        max_frame: int = DEFAULT_MAX_FRAME,
-        shm: str = "auto",
-        spin_us: int = DEFAULT_SPIN_US,
     ) -> None:
-        if shm not in SHM_MODES:
-            sock.close()
-            raise WireError(f"WIRE_SHM={shm!r}: expected one of {', '.join(SHM_MODES)}")
+        """`max_frame` is WIRE_MAX_FRAME, `codec` the one to ask for first (WIRE_CODEC)."""
         self._sock = sock
         self._sock.settimeout(io_timeout_s)
-        set_no_delay(self._sock)
+        tune(self._sock)
         self._token = token
         self._expect_token = expect_token
         self._ready_file = ready_file
         self._codec: Codec = JsonCodec()
         self._preferred_codec = codec
         self._max_frame = max_frame
-        self._shm = shm
-        self._spin = Spin(spin_us)  # polls for a reply that comes within spin_us (WIRE_SPIN_US)
         self.server_spec: dict[str, Any] = {}
 
     @classmethod
     def from_ready_file(
         cls,
         path: str | Path,
+        *,
+        max_frame: int = DEFAULT_MAX_FRAME,
         timeout_s: float = 300.0,
         io_timeout_s: float = DEFAULT_IO_TIMEOUT_S,
         host: str | None = None,
-        unix: str = "auto",
-        **options: Any,
+        unix: bool = True,
+        codec: str = "msgpack",
     ) -> PolicyClient:
         """Wait for the server's ready file, then connect (retrying while a stale file points nowhere).
 
         `host` (MODEL_SERVER_HOST), when given, overrides the host in the file (cross-node setups);
-        otherwise a server on this host is dialled on its Unix socket unless `unix` (WIRE_UNIX) is
-        "0", over TCP when that fails. `options` (codec, max_frame, shm, spin_us) go to the constructor.
+        otherwise a server on this host is dialled on its Unix socket (unless `unix` is False: the
+        benchmarks' TCP figures), over TCP when that fails.
         """
-        if unix not in UNIX_MODES:
-            raise WireError(f"WIRE_UNIX={unix!r}: expected one of {', '.join(UNIX_MODES)}")
+        options = {"max_frame": max_frame, "io_timeout_s": io_timeout_s, "codec": codec}
         deadline = time.monotonic() + timeout_s
         while True:
             info = wait_ready(path, max(0.0, deadline - time.monotonic()))
-            name = reachable(info) if host is None and unix == "auto" else None
+            name = reachable(info) if host is None and unix else None
             if name is not None:
                 try:
                     sock = dial_unix(name, timeout_s=min(10.0, timeout_s))
                 except OSError:
                     pass  # a stale file, or a socket this process cannot reach: TCP says which
                 else:
-                    return cls(sock, token=info.get("token"), io_timeout_s=io_timeout_s, **options)
+                    return cls(sock, token=info.get("token"), **options)
             address = host or info["host"]
             try:
                 sock = socket.create_connection((address, info["port"]), timeout=min(10.0, timeout_s))
@@ -109,16 +102,18 @@ class PolicyClient:
                     ) from None
                 time.sleep(0.2)
                 continue
-            return cls(sock, token=info.get("token"), io_timeout_s=io_timeout_s, **options)
+            return cls(sock, token=info.get("token"), **options)
 
     @classmethod
     def listen(
         cls,
         ready_file: str | Path,
+        *,
+        max_frame: int = DEFAULT_MAX_FRAME,
         timeout_s: float = 300.0,
         bind: str = "127.0.0.1",
         io_timeout_s: float = DEFAULT_IO_TIMEOUT_S,
-        **options: Any,
+        codec: str = "msgpack",
     ) -> PolicyClient:
         """Sim-as-server: bind (MODEL_SERVER_BIND) on port 0, publish a ready file, accept the model side.
 
@@ -146,41 +141,28 @@ class PolicyClient:
         finally:
             listener.close()
         return cls(
-            sock, io_timeout_s=io_timeout_s, ready_file=Path(ready_file), expect_token=token, **options
+            sock,
+            max_frame=max_frame,
+            io_timeout_s=io_timeout_s,
+            ready_file=Path(ready_file),
+            expect_token=token,
+            codec=codec,
         )
 
-    def _call(self, msg: dict[str, Any], codec: Codec | None = None) -> dict[str, Any]:
-        codec = codec or self._codec
-        send_frame(self._sock, codec.encode(msg), self._max_frame)
-        body = recv_frame(self._sock, self._max_frame, spin=self._spin)
-        return protocol.check_reply(codec.decode(body), msg["type"])
+    def _call(self, msg: dict[str, Any]) -> dict[str, Any]:
+        send_frame(self._sock, self._codec.encode(msg), self._max_frame)
+        body = recv_frame(self._sock, self._max_frame)
+        return protocol.check_reply(self._codec.decode(body), msg["type"])
 
     def hello(self, client_spec: dict[str, Any]) -> dict[str, Any]:
         """Agree on protocol version and codec, exchange specs; returns the server's spec.
 
         A spec mismatch (e.g. action_dim) raises with both values named, from whichever side sees it.
-        Shared memory is offered when `shm` is "1", or "auto" and the server is on this host; with
-        "1" a server that does not take it is an error naming its reason.
         """
-        offer = Offer() if self._shm == "1" or (self._shm == "auto" and same_host(self._sock)) else None
-        try:
-            spec, codec = self._hello(client_spec, offer)
-        except BaseException:
-            if offer is not None:
-                offer.close()
-            raise
-        if offer is not None and not isinstance(codec, ShmCodec):
-            offer.close()
-        self._set_codec(codec)
-        self.server_spec = spec
-        return spec
-
-    def _hello(self, client_spec: dict[str, Any], offer: Offer | None) -> tuple[dict[str, Any], Codec]:
         preferred = self._preferred_codec
-        codecs = [SHM_CODEC] if offer else []
-        codecs += [preferred] + [name for name in CODECS if name != preferred]
-        field = offer.field if offer else None
-        reply = self._call(protocol.hello(client_spec, codecs, self._token, field), JsonCodec())
+        codecs = [preferred] + [name for name in CODECS if name != preferred]
+        self._codec = JsonCodec()
+        reply = self._call(protocol.hello(client_spec, codecs, self._token))
         if reply.get("version") != protocol.PROTOCOL_VERSION:
             raise WireError(
                 f"protocol version mismatch: server speaks {reply.get('version')}, "
@@ -193,18 +175,9 @@ class PolicyClient:
         if not isinstance(spec, dict):
             raise WireError(f"hello reply carries no server spec: {reply!r:.200}")
         protocol.check_specs(spec, client_spec)
-        picked = str(reply.get("codec"))
-        if offer is not None and picked == SHM_CODEC:
-            return spec, ShmCodec(offer.request, offer.reply, self._max_frame, lend=True)
-        if self._shm == "1":
-            why = reply.get("shm_refused") or "it did not say why"
-            raise WireError(f"WIRE_SHM=1 but the model server did not take shared memory: {why}")
-        return spec, get_codec(picked)
-
-    def _set_codec(self, codec: Codec) -> None:
-        if isinstance(self._codec, ShmCodec):
-            self._codec.close()
-        self._codec = codec
+        self._codec = get_codec(str(reply.get("codec")))
+        self.server_spec = spec
+        return spec
 
     def reset(self, task: str, task_config: str, instruction: str, seed: int) -> None:
         """Start a new episode on this connection (other connections are untouched)."""
@@ -221,7 +194,6 @@ class PolicyClient:
     def close(self) -> None:
         try:
             self._sock.close()
-            self._set_codec(JsonCodec())
         finally:
             if self._ready_file is not None:
                 remove_ready(self._ready_file, os.getpid())

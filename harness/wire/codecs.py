@@ -1,18 +1,15 @@
-"""Message bodies: JSON with numpy (the reference format) and msgpack with raw array bytes.
+"""Message bodies: msgpack with raw array bytes, and JSON with numpy (the reference format).
 
-JSON arrays are `{"__ndarray__": <base64>, "dtype": "<numpy dtype>", "shape": [...]}`, which is what
-the reference pipeline sends. The encoder splices base64 bytes into the JSON text instead of routing
-megabytes of base64 through `json.dumps` as a str, which is where the plain way spends its time.
-msgpack arrays use the same three keys with the raw bytes as a msgpack `bin`.
-Decoding refuses anything that is not a JSON/msgpack map of plain values and numeric arrays.
+msgpack arrays are `{"__ndarray__": <bin>, "dtype": "<numpy dtype>", "shape": [...]}`; JSON arrays
+carry the same keys with the bytes in base64, which is what the reference pipeline sends.
+Decoding refuses anything that is not a map of plain values and numeric arrays, and counts a body's
+items before it builds any (`harness.wire.bounds`), so no body decodes into much more than itself.
 """
 
 from __future__ import annotations
 
 import binascii
 import json
-import re
-import secrets
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -20,6 +17,7 @@ import msgpack
 import numpy as np
 
 from harness.wire.arrays import from_buffer, raw_bytes, to_wire
+from harness.wire.bounds import json_items_bound, msgpack_items
 from harness.wire.errors import WireError
 
 ND_KEY = "__ndarray__"
@@ -53,95 +51,6 @@ def _check_message(msg: Any) -> dict[str, Any]:
     return msg
 
 
-class JsonCodec:
-    """Reference-compatible JSON; arrays as base64 spliced in as bytes."""
-
-    name = "json"
-
-    def __init__(self) -> None:
-        # A per-process random marker that no real string can collide with by accident.
-        self._marker = "nd" + secrets.token_hex(8)
-        self._pattern = re.compile(b'"' + ND_KEY.encode() + b'":"' + self._marker.encode() + b':([0-9]+)"')
-
-    def encode(self, msg: dict[str, Any]) -> bytes:
-        blobs: list[bytes] = []
-
-        def default(obj: Any) -> Any:
-            if isinstance(obj, np.ndarray):
-                arr = to_wire(obj)
-                blobs.append(binascii.b2a_base64(raw_bytes(arr), newline=False))
-                marker = f"{self._marker}:{len(blobs) - 1}"
-                return {ND_KEY: marker, "dtype": arr.dtype.name, "shape": list(arr.shape)}
-            return plain_scalar(obj)
-
-        text = json.dumps(msg, default=default, separators=(",", ":"), allow_nan=True).encode()
-        if not blobs:
-            return text
-        prefix = b'"' + ND_KEY.encode() + b'":"'
-        return self._pattern.sub(lambda m: prefix + blobs[int(m.group(1))] + b'"', text)
-
-    def decode(self, body: bytes | bytearray) -> dict[str, Any]:
-        skeleton, blobs = self._cut_blobs(body)
-        marker = self._marker + ":"
-
-        def hook(obj: dict[str, Any]) -> Any:
-            if ND_KEY not in obj:
-                return obj
-            data, dtype, shape = _array_fields(obj)
-            if isinstance(data, str) and data.startswith(marker):
-                data = blobs[int(data[len(marker) :])]
-            elif not isinstance(data, str):
-                raise WireError("array data must be a base64 string")
-            try:
-                raw = binascii.a2b_base64(data, strict_mode=True)
-            except (binascii.Error, ValueError) as exc:
-                raise WireError(f"array data is not valid base64: {exc}") from None
-            return from_buffer(raw, dtype, shape)
-
-        try:
-            return _check_message(json.loads(skeleton, object_hook=hook))
-        except WireError:
-            raise
-        except (ValueError, RecursionError) as exc:
-            raise WireError(f"invalid JSON body: {exc}") from None
-
-    def _cut_blobs(self, body: bytes | bytearray) -> tuple[bytes, list[memoryview]]:
-        """Lift each `"__ndarray__": "<base64>"` payload out before json.loads has to scan it.
-
-        The payload is replaced by this process's private marker + index, which no sender can
-        forge. Only an unescaped key matches (an escaped quote inside a string is preceded by a
-        backslash), and base64 holds no quote, so the payload ends at the next quote.
-        """
-        view, parts, blobs = memoryview(body), [], []
-        pos = search = 0  # copied up to `pos`; looking for keys from `search`
-        size = len(body)
-        while (start := body.find(_ND_QUOTED, search)) >= 0:
-            search = start + len(_ND_QUOTED)
-            k = _skip_ws(body, start + len(_ND_QUOTED), size)
-            k = _skip_ws(body, k + 1, size) if k < size and body[k] == _COLON else size
-            end = body.find(b'"', k + 1) if k < size and body[k] == _QUOTE else -1
-            if end < 0 or (start > 0 and body[start - 1] == _BACKSLASH):
-                continue
-            parts += [view[pos : k + 1], f"{self._marker}:{len(blobs)}".encode()]
-            blobs.append(view[k + 1 : end])
-            pos = search = end
-        if not blobs:
-            return bytes(body), blobs
-        parts.append(view[pos:])
-        return b"".join(parts), blobs
-
-
-_ND_QUOTED = b'"' + ND_KEY.encode() + b'"'
-_COLON, _QUOTE, _BACKSLASH = ord(":"), ord('"'), ord("\\")
-_WS = frozenset(b" \t\r\n")
-
-
-def _skip_ws(body: bytes | bytearray, k: int, size: int) -> int:
-    while k < size and body[k] in _WS:
-        k += 1
-    return k
-
-
 class MsgpackCodec:
     """msgpack with arrays as raw `bin` bytes: no base64, no text parsing of pixels."""
 
@@ -151,10 +60,9 @@ class MsgpackCodec:
         return msgpack.packb(msg, default=_msgpack_default, use_bin_type=True)
 
     def decode(self, body: bytes | bytearray) -> dict[str, Any]:
+        msgpack_items(body)
         try:
-            msg = msgpack.unpackb(
-                body, raw=False, object_hook=_msgpack_hook, ext_hook=_refuse_ext, strict_map_key=True
-            )
+            msg = msgpack.unpackb(body, raw=False, object_hook=_msgpack_hook, strict_map_key=True)
         except WireError:
             raise
         except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
@@ -178,8 +86,43 @@ def _msgpack_hook(obj: dict[str, Any]) -> Any:
     return from_buffer(data, dtype, shape)
 
 
-def _refuse_ext(code: int, data: bytes) -> Any:
-    raise WireError(f"msgpack extension type {code} refused")
+class JsonCodec:
+    """Reference-compatible JSON: arrays as base64 strings."""
+
+    name = "json"
+
+    def encode(self, msg: dict[str, Any]) -> bytes:
+        return json.dumps(msg, default=_json_default, separators=(",", ":"), allow_nan=True).encode()
+
+    def decode(self, body: bytes | bytearray) -> dict[str, Any]:
+        json_items_bound(body)
+        try:
+            return _check_message(json.loads(body, object_hook=_json_hook))
+        except WireError:
+            raise
+        except (ValueError, RecursionError) as exc:
+            raise WireError(f"invalid JSON body: {exc}") from None
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        arr = to_wire(obj)
+        data = binascii.b2a_base64(raw_bytes(arr), newline=False).decode("ascii")
+        return {ND_KEY: data, "dtype": arr.dtype.name, "shape": list(arr.shape)}
+    return plain_scalar(obj)
+
+
+def _json_hook(obj: dict[str, Any]) -> Any:
+    if ND_KEY not in obj:
+        return obj
+    data, dtype, shape = _array_fields(obj)
+    if not isinstance(data, str):
+        raise WireError("array data must be a base64 string")
+    try:
+        raw = binascii.a2b_base64(data, strict_mode=True)
+    except (binascii.Error, ValueError) as exc:
+        raise WireError(f"array data is not valid base64: {exc}") from None
+    return from_buffer(raw, dtype, shape)
 
 
 CODECS: dict[str, Callable[[], Codec]] = {"msgpack": MsgpackCodec, "json": JsonCodec}

@@ -13,7 +13,3 @@ class RemoteError(WireError):
 
 class PeerClosed(WireError):
     """The other end closed the connection (cleanly, between frames, or mid-frame)."""
-
-
-class StreamBroken(WireError):
-    """The stream is out of step (a shared-memory frame out of sequence): the connection must end."""

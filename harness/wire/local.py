@@ -17,8 +17,6 @@ import secrets
 import socket
 from pathlib import Path
 
-UNIX_MODES = ("auto", "0")  # WIRE_UNIX: a Unix socket when the server is on this host, or never
-
 
 def host_identity() -> str:
     """What two processes share exactly when an abstract Unix socket of one reaches the other:

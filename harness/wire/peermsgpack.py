@@ -1,5 +1,6 @@
 """Decoding one msgpack map from another ecosystem's peer (openpi, vla-eval): the caller's array
-hook, no extension types, and one wording for each way a frame can be bad."""
+hook, its items counted first (`harness.wire.bounds`: no extension types either), and one wording
+for each way a frame can be bad."""
 
 from __future__ import annotations
 
@@ -8,11 +9,8 @@ from typing import Any
 
 import msgpack
 
+from harness.wire.bounds import msgpack_items
 from harness.wire.errors import WireError
-
-
-def refuse_ext(code: int, data: bytes) -> Any:
-    raise WireError(f"msgpack extension type {code} refused")
 
 
 def unpack_map(
@@ -23,9 +21,8 @@ def unpack_map(
 ) -> dict[Any, Any]:
     """The map in `body`; a WireError naming `what` (e.g. "openpi metadata frame") otherwise."""
     try:
-        msg = msgpack.unpackb(
-            body, raw=False, object_hook=object_hook, ext_hook=refuse_ext, strict_map_key=strict_map_key
-        )
+        msgpack_items(body)
+        msg = msgpack.unpackb(body, raw=False, object_hook=object_hook, strict_map_key=strict_map_key)
     except WireError as exc:
         raise WireError(f"{what}: {exc}") from None
     except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:

@@ -1,10 +1,8 @@
 """Message shapes, the hello handshake and the spec check shared by both ends.
 
 Every request gets exactly one reply: a message of the same `type`, or `{"type": "error", ...}`.
-The hello is always JSON (so either end can read it before a codec is agreed); every later frame
-uses the codec the server picked from the client's list. A client on the server's host may list
-"shm" first, with its regions in the hello's `shm` field (`harness.wire.shm`); a server that takes
-them answers `"codec": "shm"`, one that does not picks the next codec and says why in `shm_refused`.
+The hello and its reply are always JSON (so either end can read them before a codec is agreed);
+every later frame uses the codec the server picked from the client's list.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ import numpy as np
 from harness.wire.errors import RemoteError, WireError
 
 PROTOCOL_VERSION = 1
-HELLO_CODEC = "json"
 REQUEST_TYPES = ("hello", "reset", "infer", "ping")
 
 # Required fields of each request, and the Python types they must have.
@@ -28,16 +25,10 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
 }
 
 
-def hello(
-    spec: dict[str, Any], codecs: list[str], token: str | None = None, shm: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """A hello; `shm` is the shared-memory offer (`harness.wire.shm.Offer.field`) going with "shm"
-    in `codecs`."""
+def hello(spec: dict[str, Any], codecs: list[str], token: str | None = None) -> dict[str, Any]:
     msg: dict[str, Any] = {"type": "hello", "version": PROTOCOL_VERSION, "codecs": codecs, "spec": spec}
     if token is not None:
         msg["token"] = token
-    if shm is not None:
-        msg["shm"] = shm
     return msg
 
 

@@ -171,6 +171,6 @@ def test_a_bad_value_is_refused_once_with_one_line_naming_it() -> None:
 
 def test_every_bad_value_is_named_in_the_one_refusal() -> None:
     with pytest.raises(ValueError) as raised:
-        Settings.from_env({"IMAGE_SIZE": "0", "WIRE_SHM": "maybe", "POLICY": "ok", "RT_SPP": "2"})
+        Settings.from_env({"IMAGE_SIZE": "0", "WIRE_CODEC": "maybe", "POLICY": "ok", "RT_SPP": "2"})
     lines = str(raised.value).splitlines()[1:]
-    assert [line.split("=")[0] for line in lines] == ["  - knob IMAGE_SIZE", "  - knob WIRE_SHM"]
+    assert [line.split("=")[0] for line in lines] == ["  - knob IMAGE_SIZE", "  - knob WIRE_CODEC"]

@@ -262,11 +262,13 @@ def test_the_docs_python_imports_import() -> None:
 
 
 def test_every_default_is_accepted_by_its_own_declaration() -> None:
-    from harness.config.knobs import KNOBS, WIRE_CODECS
+    from harness.config import knobs
+    from harness.wire import frames
     from harness.wire.codecs import CODECS
 
-    assert {n: k.problem(k.default) for n, k in KNOBS.items() if k.problem(k.default)} == {}
-    assert set(WIRE_CODECS) == set(CODECS)  # the knob offers exactly the codecs the server knows
+    assert {n: k.problem(k.default) for n, k in knobs.KNOBS.items() if k.problem(k.default)} == {}
+    assert set(knobs.WIRE_CODECS) == set(CODECS)  # the knob offers exactly the codecs the server knows
+    assert knobs.DEFAULT_MAX_FRAME == frames.DEFAULT_MAX_FRAME  # config imports nothing of the wire
 
 
 def test_check_node_knobs_names_each_refused_knob() -> None:

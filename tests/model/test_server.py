@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 import harness.model.requests
+from harness.config.knobs import DEFAULT_MAX_FRAME
+from harness.config.settings import Settings
 from harness.model.dialout import connect_out, parse_target
 from harness.model.policyload import load_policy
 from harness.wire.client import PolicyClient
@@ -25,11 +27,9 @@ from harness.wire.readyfile import read_ready
 from support.wirekit import NOISY, SPEC, client, episode, obs, raw_connect, raw_recv, raw_send, running_server
 
 
-@pytest.mark.parametrize("codec", ["msgpack", "json", "shm"])
+@pytest.mark.parametrize("codec", ["msgpack", "json"])
 def test_hold_round_trip_both_codecs(tmp_path: Path, codec: str) -> None:
-    """Each socket codec (shared memory off), and the same-host shared memory."""
-    options = {"shm": "1"} if codec == "shm" else {"codec": codec, "shm": "0"}
-    with running_server(tmp_path), client(tmp_path / "ready.json", **options) as c:
+    with running_server(tmp_path), client(tmp_path / "ready.json", codec=codec) as c:
         spec = c.hello(SPEC)
         assert spec["policy"] == "hold" and spec["action_dim"] == 10 and spec["chunk_len"] == 30
         assert type(c._codec).__name__.lower().startswith(codec)
@@ -233,7 +233,10 @@ def test_non_loopback_bind_requires_token(tmp_path: Path) -> None:
         import socket
 
         sock = socket.create_connection(("127.0.0.1", info["port"]), timeout=10)
-        with PolicyClient(sock) as anonymous, pytest.raises(RemoteError, match="token"):
+        with (
+            PolicyClient(sock, max_frame=DEFAULT_MAX_FRAME) as anonymous,
+            pytest.raises(RemoteError, match="token"),
+        ):
             anonymous.hello(SPEC)
         os.environ["MODEL_SERVER_HOST"] = "127.0.0.1"
         try:
@@ -254,10 +257,12 @@ def test_sim_as_server(tmp_path: Path) -> None:
     sim_ready = tmp_path / "sim.json"
     policy = load_policy("hold")
     stop = threading.Event()
-    model_side = threading.Thread(target=connect_out, args=(policy, sim_ready, 30, stop), daemon=True)
+    model_side = threading.Thread(
+        target=connect_out, args=(policy, Settings.defaults(), sim_ready, 30, stop), daemon=True
+    )
     model_side.start()
     for value in (0.5, 0.75):
-        with PolicyClient.listen(sim_ready, timeout_s=30) as c:
+        with PolicyClient.listen(sim_ready, max_frame=DEFAULT_MAX_FRAME, timeout_s=30) as c:
             assert read_ready(sim_ready)["role"] == "sim"
             assert c.hello(SPEC)["policy"] == "hold"
             c.reset("t", "cfg", "i", 1)
@@ -271,8 +276,10 @@ def test_sim_as_server_non_loopback_checks_token(tmp_path: Path) -> None:
     sim_ready = tmp_path / "sim.json"
     policy = load_policy("hold")
     stop = threading.Event()
-    threading.Thread(target=connect_out, args=(policy, sim_ready, 30, stop), daemon=True).start()
-    with PolicyClient.listen(sim_ready, timeout_s=30, bind="0.0.0.0") as c:
+    threading.Thread(
+        target=connect_out, args=(policy, Settings.defaults(), sim_ready, 30, stop), daemon=True
+    ).start()
+    with PolicyClient.listen(sim_ready, max_frame=DEFAULT_MAX_FRAME, timeout_s=30, bind="0.0.0.0") as c:
         assert read_ready(sim_ready)["token"]
         assert c.hello(SPEC)["policy"] == "hold"  # the model side echoed the token from the file
     stop.set()
@@ -284,12 +291,14 @@ def test_sim_as_server_host_port(tmp_path: Path) -> None:
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     done = threading.Thread(
-        target=connect_out, args=(load_policy("hold"), f"127.0.0.1:{port}", 30), daemon=True
+        target=connect_out,
+        args=(load_policy("hold"), Settings.defaults(), f"127.0.0.1:{port}", 30),
+        daemon=True,
     )
     done.start()
     sock, _ = listener.accept()
     listener.close()
-    with PolicyClient(sock) as c:
+    with PolicyClient(sock, max_frame=DEFAULT_MAX_FRAME) as c:
         c.hello(SPEC)
         c.ping()
     done.join(5)
@@ -301,12 +310,14 @@ def test_sim_as_server_ipv6_literal(tmp_path: Path) -> None:
 
     listener = socket.create_server(("::1", 0), family=socket.AF_INET6)
     port = listener.getsockname()[1]
-    done = threading.Thread(target=connect_out, args=(load_policy("hold"), f"[::1]:{port}", 30), daemon=True)
+    done = threading.Thread(
+        target=connect_out, args=(load_policy("hold"), Settings.defaults(), f"[::1]:{port}", 30), daemon=True
+    )
     done.start()
     listener.settimeout(30)
     sock, _ = listener.accept()
     listener.close()
-    with PolicyClient(sock) as c:
+    with PolicyClient(sock, max_frame=DEFAULT_MAX_FRAME) as c:
         assert c.hello(SPEC)["policy"] == "hold"
     done.join(5)
     assert not done.is_alive()

@@ -1,6 +1,7 @@
-"""The memory attack of issue 26: N greeted clients at once, each sending one frame of almost
-WIRE_MAX_FRAME bytes (a msgpack infer whose observation carries one huge uint8 array), while the
-model server's RSS is sampled from /proc; shared by the memory tests and benchmarks/server_memory.py.
+"""The memory attacks of issues 26 and 63: N greeted clients at once, each sending one big frame (a
+msgpack infer whose observation carries one huge uint8 array, or one array of millions of one-byte
+items that decode into objects of 28-64 bytes each), while the model server's RSS is sampled from
+/proc; shared by the memory tests and benchmarks/server_memory.py.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import numpy as np
 
 from harness.wire.codecs import JsonCodec, MsgpackCodec
@@ -83,16 +85,30 @@ def big_infer(frame_bytes: int) -> bytes:
     return MsgpackCodec().encode({"type": "infer", "step": 0, "obs": {**obs, "pad": pad}})
 
 
+AMPLIFYING = {"small ints": b"\x00", "empty maps": b"\x80", "empty arrays": b"\x90"}
+
+
+def amplifying_infer(item: bytes, frame_bytes: int) -> bytes:
+    """A msgpack infer of about `frame_bytes` bytes whose observation is one array of one-byte
+    `item`s (AMPLIFYING's)."""
+    head = b"".join(msgpack.packb(v) for v in ("type", "infer", "step", 0, "obs"))
+    n = frame_bytes - len(head) - 16
+    return b"\x83" + head + b"\x81" + msgpack.packb("x") + b"\xdd" + struct.pack(">I", n) + item * n
+
+
 @dataclass
 class AttackResult:
     replies: list[str]  # per client: "infer", "error: <message>", or "closed"
 
 
-def attack(ready: Path, clients: int, frame_bytes: int, spec: dict[str, Any] | None = None) -> AttackResult:
+def attack(
+    ready: Path, clients: int, frame_bytes: int, spec: dict[str, Any] | None = None, item: bytes | None = None
+) -> AttackResult:
     """`clients` connections say hello (msgpack) and reset, then all send their big frame at once
-    and read one reply each; all are closed when this returns."""
+    (`big_infer`'s, or with `item` `amplifying_infer`'s) and read one reply each; all are closed
+    when this returns."""
     info = read_ready(ready)
-    body = big_infer(frame_bytes)
+    body = big_infer(frame_bytes) if item is None else amplifying_infer(item, frame_bytes)
     hello = {"type": "hello", "version": 1, "codecs": ["msgpack"], "spec": spec or SPEC}
     reset = {"type": "reset", "task": "t", "task_config": "c", "instruction": "i", "seed": 0}
     socks = []

@@ -12,8 +12,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from harness.config.knobs import DEFAULT_MAX_FRAME
 from harness.wire.codecs import JsonCodec, MsgpackCodec
-from harness.wire.frames import DEFAULT_MAX_FRAME
 from support.wirekit import SPEC, exact_bytes, hello_body
 
 

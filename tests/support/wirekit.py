@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from harness.config.knobs import DEFAULT_MAX_FRAME
+from harness.config.settings import Settings
 from harness.model.policyload import load_policy
 from harness.model.server import ModelServer
 from harness.wire.client import PolicyClient
@@ -26,16 +28,6 @@ from harness.wire.readyfile import read_ready
 REPO = Path(__file__).resolve().parents[2]
 NOISY = str(REPO / "tests" / "policies" / "noisy")
 SPEC = {"benchmark": "test", "robot": "panda", "action_dim": 10, "cameras": ["base_camera"]}
-
-
-class TimeoutCounting(socket.socket):
-    """A socket that counts its settimeout calls (each an ioctl that lets go of the GIL)."""
-
-    settimeouts = 0
-
-    def settimeout(self, value: float | None) -> None:
-        self.settimeouts += 1
-        super().settimeout(value)
 
 
 def obs(value: float = 0.0, size: int = 8) -> dict[str, Any]:
@@ -49,8 +41,12 @@ def obs(value: float = 0.0, size: int = 8) -> dict[str, Any]:
 def running_server(
     tmp_path: Path, policy: str = "hold", overrides: list[str] | None = None, bind: str = "127.0.0.1"
 ) -> Iterator[ModelServer]:
-    """A ModelServer serving in a thread of this process; shut down on exit."""
-    server = ModelServer(load_policy(policy, "", overrides), tmp_path / "ready.json", bind=bind)
+    """A ModelServer serving in a thread of this process, with the settings of this process's
+    environment (as its entry point would build them); shut down on exit."""
+    settings = Settings.from_env(os.environ)
+    server = ModelServer(
+        load_policy(policy, "", overrides, settings), tmp_path / "ready.json", settings, bind
+    )
     with serving(server):
         yield server
 
@@ -75,8 +71,10 @@ def wait_for(cond: Any, timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
-def client(ready: Path, codec: str = "msgpack", shm: str = "auto") -> PolicyClient:
-    return PolicyClient.from_ready_file(ready, timeout_s=120, io_timeout_s=60, codec=codec, shm=shm)
+def client(ready: Path, codec: str = "msgpack", unix: bool = True) -> PolicyClient:
+    return PolicyClient.from_ready_file(
+        ready, max_frame=DEFAULT_MAX_FRAME, timeout_s=120, io_timeout_s=60, codec=codec, unix=unix
+    )
 
 
 def episode(ready: Path, seed: int, steps: int = 4, codec: str = "msgpack") -> list[np.ndarray]:
@@ -152,20 +150,3 @@ def hello_body(codecs: list[Any] | None = None, token: str | None = None, **fiel
     if token is not None:
         msg["token"] = token
     return json.dumps({**msg, **fields}).encode()
-
-
-def shm_holders(marker: str = "harness-wire-", environ: str | None = None) -> list[str]:
-    """The processes with a descriptor or a mapping of a wire shared-memory region whose name holds
-    `marker` (a connection's nonce, or by default any region at all); with `environ`, only those
-    whose environment holds that text (a run dir: that run's processes, orphans included)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
-            maps = Path(f"/proc/{pid}/maps").read_text()
-            theirs = environ is None or environ.encode() in Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-        if theirs and (any(marker in link for link in links) or marker in maps):
-            found.append(pid)
-    return found

@@ -1,5 +1,5 @@
 """Same-host clients reach the model server over its abstract Unix socket (harness.wire.local),
-served like TCP ones: same answers, same token, TCP when the socket is not this host's or is off."""
+served like TCP ones: same answers, same token, TCP when the socket is not this host's."""
 
 from __future__ import annotations
 
@@ -13,18 +13,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.config.knobs import DEFAULT_MAX_FRAME
 from harness.wire.client import PolicyClient
 from harness.wire.codecs import JsonCodec
 from harness.wire.errors import WireError
 from harness.wire.frames import recv_frame, send_frame
 from harness.wire.local import dial_unix
 from harness.wire.readyfile import read_ready
-from harness.wire.shmcodec import ShmCodec
 from tests.support.wirekit import SPEC, hello_body, obs, running_server, start_server_process, stop_process
 
 
 def connected(ready: Path, **options: object) -> PolicyClient:
-    client = PolicyClient.from_ready_file(ready, timeout_s=30, io_timeout_s=30, **options)
+    client = PolicyClient.from_ready_file(
+        ready, max_frame=DEFAULT_MAX_FRAME, timeout_s=30, io_timeout_s=30, **options
+    )
     client.hello(SPEC)
     client.reset("task", "cfg", "do it", 0)
     return client
@@ -34,8 +36,8 @@ def test_a_client_on_the_servers_host_dials_its_unix_socket(tmp_path: Path) -> N
     with running_server(tmp_path) as server:
         info = read_ready(server.ready_file)
         assert info["unix"] == server.unix and info["host_id"]
-        with connected(server.ready_file) as unix, connected(server.ready_file, unix="0") as tcp:
-            assert unix._sock.family == socket.AF_UNIX and isinstance(unix._codec, ShmCodec)
+        with connected(server.ready_file) as unix, connected(server.ready_file, unix=False) as tcp:
+            assert unix._sock.family == socket.AF_UNIX
             assert tcp._sock.family == socket.AF_INET
             for step in range(3):
                 assert np.array_equal(unix.infer(obs(float(step)), step), tcp.infer(obs(float(step)), step))
@@ -54,14 +56,9 @@ def test_another_hosts_socket_or_a_dead_one_falls_back_to_tcp(tmp_path: Path) ->
                 assert client.infer(obs(2.0), 0).shape == (30, 10)
 
 
-def test_an_explicit_host_or_wire_unix_0_means_tcp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_explicit_host_means_tcp(tmp_path: Path) -> None:
     with running_server(tmp_path) as server, connected(server.ready_file, host="127.0.0.1") as client:
         assert client._sock.family == socket.AF_INET
-    monkeypatch.setenv("WIRE_UNIX", "0")
-    with running_server(tmp_path) as server:
-        assert server.unix is None and "unix" not in read_ready(server.ready_file)
-    with pytest.raises(WireError, match="WIRE_UNIX='tcp'"):
-        PolicyClient.from_ready_file(server.ready_file, timeout_s=1, unix="tcp")
 
 
 def test_the_unix_socket_demands_the_token_a_tcp_client_must_show(tmp_path: Path) -> None:
@@ -71,8 +68,8 @@ def test_the_unix_socket_demands_the_token_a_tcp_client_must_show(tmp_path: Path
         assert info["token"]
         sock = dial_unix(info["unix"], timeout_s=10)
         try:
-            send_frame(sock, hello_body())  # no token
-            reply = JsonCodec().decode(recv_frame(sock))
+            send_frame(sock, hello_body(), DEFAULT_MAX_FRAME)  # no token
+            reply = JsonCodec().decode(recv_frame(sock, DEFAULT_MAX_FRAME))
             assert reply["type"] == "error" and "token" in reply["message"]
         finally:
             sock.close()

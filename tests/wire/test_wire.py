@@ -1,10 +1,10 @@
-"""Frames and codecs: round trips over a real TCP connection, reference compatibility, refusals."""
+"""Frames and codecs: round trips over a real TCP connection, reference compatibility, refusals,
+and bodies that would decode into far more than themselves."""
 
 from __future__ import annotations
 
 import base64
 import json
-import select
 import socket
 import struct
 import threading
@@ -14,12 +14,13 @@ import msgpack
 import numpy as np
 import pytest
 
+from harness.wire.bounds import MAX_ITEMS, json_items_bound, msgpack_items
 from harness.wire.codecs import JsonCodec, MsgpackCodec, get_codec
 from harness.wire.errors import PeerClosed, WireError
-from harness.wire.frames import recv_frame, send_frame, write_ready
-from tests.support.wirekit import TimeoutCounting
+from harness.wire.frames import recv_frame, send_frame
 
 CODECS = [JsonCodec(), MsgpackCodec()]
+LIMIT = 64 << 20
 
 
 def sample() -> dict:
@@ -57,8 +58,8 @@ def assert_same(got: object, want: object) -> None:
 def test_round_trip_over_tcp(codec, pair) -> None:
     a, b = pair
     msg = sample()
-    send_frame(a, codec.encode(msg))
-    assert_same(codec.decode(recv_frame(b)), msg)
+    send_frame(a, codec.encode(msg), LIMIT)
+    assert_same(codec.decode(recv_frame(b, LIMIT)), msg)
 
 
 def test_json_matches_reference_format_both_ways() -> None:
@@ -72,13 +73,6 @@ def test_json_matches_reference_format_both_ways() -> None:
     np.testing.assert_array_equal(
         np.frombuffer(base64.b64decode(ours["__ndarray__"]), np.float32), arr.ravel()
     )
-
-
-def test_marker_lookalike_strings_survive() -> None:
-    codec = JsonCodec()
-    msg = {"s": f"{codec._marker}:0", "a": np.ones(2)}
-    out = codec.decode(codec.encode(msg))
-    assert out["s"] == f"{codec._marker}:0"
 
 
 def nd(data, dtype, shape) -> dict:
@@ -108,8 +102,11 @@ def test_json_refusals(body: bytes, message: str) -> None:
 
 
 MSGPACK_BAD = [
-    (b"\xc1", "invalid msgpack"),
-    (msgpack.packb({"a": msgpack.ExtType(5, b"xx")}), "extension type 5"),
+    (b"\xc1", "token 0xc1 is reserved"),
+    (msgpack.packb({"a": msgpack.ExtType(5, b"xx")}), "extension type"),
+    (msgpack.packb({"a": 1}) + b"\x00", "1 bytes after its message"),
+    (msgpack.packb({"a": b"x" * 100})[:-1], "ends in the middle"),
+    (b"\x82\xa1a\x01", "ends in the middle"),  # a map of two pairs holding one
     (msgpack.packb(nd(b"\0" * 8, "O", [1])), "refused"),
     (msgpack.packb(nd(b"\0" * 8, "float32", [3])), "need 12"),
     (msgpack.packb(nd("text", "uint8", [4])), "bin bytes"),
@@ -163,7 +160,7 @@ def test_partial_writes_are_reassembled(pair) -> None:
 
     thread = threading.Thread(target=dribble)
     thread.start()
-    assert recv_frame(b) == body
+    assert recv_frame(b, LIMIT) == body
     thread.join()
 
 
@@ -171,62 +168,33 @@ def test_mid_frame_close_and_timeouts(pair) -> None:
     a, b = pair
     b.settimeout(0.2)
     with pytest.raises(WireError, match="timed out"):
-        recv_frame(b)
+        recv_frame(b, LIMIT)
     a.sendall(struct.pack(">I", 100) + b"abc")
     with pytest.raises(WireError, match="timed out reading a frame \\(3/100"):
-        recv_frame(b, body_timeout_s=0.2)
+        recv_frame(b, LIMIT, body_timeout_s=0.2)
     assert b.gettimeout() == 0.2
     a.close()
     with pytest.raises(PeerClosed, match="between frames"):
-        recv_frame(b)
-
-
-def test_a_body_that_came_with_its_header_is_read_without_touching_the_timeout(pair) -> None:
-    a, b = pair
-    counted = TimeoutCounting(fileno=b.detach())
-    counted.settimeout(10.0)
-    counted.settimeouts = 0
-    body = bytes(range(256)) * 4
-    a.sendall(struct.pack(">I", len(body)) + body)
-    assert select.select([counted], [], [], 10)[0]  # header and body are both in the buffer
-    assert recv_frame(counted, body_timeout_s=60.0) == body
-    assert counted.settimeouts == 0  # no deadline set and put back: one read(2) took the body
-    assert counted.gettimeout() == 10.0
-    counted.close()
+        recv_frame(b, LIMIT)
 
 
 def test_a_frame_larger_than_the_socket_takes_is_finished_or_times_out() -> None:
-    """What one write(2) does not take is sent with the socket's timeout: whole when the reader
-    reads, a WireError when it does not."""
+    """A frame bigger than the socket's buffer is sent within the socket's timeout: whole when the
+    reader reads, a WireError when it does not."""
     a, b = socket.socketpair()
     a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     a.settimeout(10.0)
     b.settimeout(10.0)
     body = bytes(range(256)) * 4096  # 1 MiB: far more than the socket's buffer
-    took = write_ready(a, b"x" * (1 << 20))
-    assert 0 < took < 1 << 20  # the buffer takes part of it at once, and nothing waited
-    while took:
-        took -= len(b.recv(took))
     got: list[bytearray] = []
-    reader = threading.Thread(target=lambda: got.append(recv_frame(b)))
+    reader = threading.Thread(target=lambda: got.append(recv_frame(b, LIMIT)))
     reader.start()
-    send_frame(a, body)
+    send_frame(a, body, LIMIT)
     reader.join(10)
     assert got == [body]
     a.settimeout(0.2)
     with pytest.raises(WireError, match="timed out writing a frame"):
-        send_frame(a, body)  # nobody reads now
-    a.close()
-    b.close()
-
-
-def test_a_blocking_socket_is_not_written_by_write_ready() -> None:
-    a, b = socket.socketpair()
-    assert a.gettimeout() is None
-    assert write_ready(a, b"frame") == 0  # it could wait: left to the caller's send
-    b.setblocking(False)
-    with pytest.raises(BlockingIOError):
-        b.recv(16)
+        send_frame(a, body, LIMIT)  # nobody reads now
     a.close()
     b.close()
 
@@ -236,10 +204,10 @@ def test_mid_frame_eof(pair) -> None:
     a.sendall(struct.pack(">I", 100) + b"abc")
     a.close()
     with pytest.raises(PeerClosed, match="mid-frame"):
-        recv_frame(b)
+        recv_frame(b, LIMIT)
 
 
-def test_json_fast_path_leaves_lookalike_strings_alone() -> None:
+def test_json_lookalike_strings_are_left_alone() -> None:
     codec = JsonCodec()
     tricky = ['"__ndarray__": "AAAA"', 'x"__ndarray__":"', "ends with backslash \\", '"__ndarray__"']
     msg = {"texts": tricky, 'k"__ndarray__': "v", "a": np.arange(3, dtype=np.uint8)}
@@ -250,7 +218,44 @@ def test_json_fast_path_leaves_lookalike_strings_alone() -> None:
     np.testing.assert_array_equal(codec.decode(spaced)["a"], [0, 1, 2])
 
 
-def test_json_marker_cannot_be_forged_across_processes() -> None:
-    forged = json.dumps({"a": nd(f"{JsonCodec()._marker}:0", "uint8", [1])}).encode()
-    with pytest.raises(WireError, match="base64"):
-        JsonCodec().decode(forged)
+# Bodies that decode into far more than themselves: each item is one byte on the wire and a Python
+# object of 28-64 bytes decoded (issue 63 measured 72x for empty maps).
+AMPLIFYING = {
+    "small ints": b"\x00",
+    "empty maps": b"\x80",
+    "empty arrays": b"\x90",
+}
+
+
+@pytest.mark.parametrize("item", AMPLIFYING.values(), ids=AMPLIFYING.keys())
+@pytest.mark.parametrize("k", [1, 4, 8])
+def test_a_msgpack_body_of_many_small_items_is_refused_before_decoding(item: bytes, k: int) -> None:
+    """K x MAX_ITEMS items under one key, flat and nested: refused by count, before msgpack builds
+    any of them (the pre-scan stops at the limit, so it costs at most MAX_ITEMS steps)."""
+    n = k * MAX_ITEMS
+    flat = b"\x81\xa1x\xdd" + struct.pack(">I", n) + item * n
+    nested = b"\x81\xa1x\x92" + (b"\x92" + item) * n + item
+    for body in (flat, nested):
+        with pytest.raises(WireError, match=f"more than {MAX_ITEMS} items"):
+            MsgpackCodec().decode(body)
+    started = time.perf_counter()
+    with pytest.raises(WireError):
+        msgpack_items(flat)
+    assert time.perf_counter() - started < 5.0  # bounded by MAX_ITEMS, not by the frame
+
+
+@pytest.mark.parametrize("text", [b"0,", b"{},", b"[],"], ids=["numbers", "empty objects", "empty arrays"])
+def test_a_json_body_of_many_small_items_is_refused_before_decoding(text: bytes) -> None:
+    body = b'{"x":[' + text * MAX_ITEMS + b"0]}"
+    with pytest.raises(WireError, match=f"more than {MAX_ITEMS} items"):
+        JsonCodec().decode(body)
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name)
+def test_an_observation_is_counted_in_items_not_bytes(codec) -> None:
+    """Pixels travel as one blob per camera: a 3-camera observation is a few dozen items."""
+    obs = {f"cam{i}": np.zeros((224, 224, 3), np.uint8) for i in range(3)}
+    body = codec.encode({"type": "infer", "step": 0, "obs": {"images": obs, "proprio": np.zeros(10)}})
+    count = msgpack_items(body) if codec.name == "msgpack" else json_items_bound(body)
+    assert count < 100
+    assert codec.decode(body)["obs"]["images"]["cam2"].shape == (224, 224, 3)
