@@ -1,13 +1,14 @@
 """Batching benchmark: one model server, K sim clients, a model costing 20 ms + 1 ms per batch item.
 
-The policy is the sleep double (`tests/policies/sleep`, infer_ms=20, per_item_ms=1, max_batch=8) in a
-real model server process; each client is its own process with the real `PolicyClient` (msgpack
-over the server's Unix socket, as a sim on the server's host), sending what the sim client sends:
-3 cameras of 224×224×3 uint8, their camera parameters, a 10-D proprio, the instruction, and nothing
-to do between replies (the model is the bottleneck). Measured: observations answered per second
-over a window, per K = 1, 2, 4, 8, next to the ideal K / (20 + K) ms (every call full), and the
-same server unbatched (MODEL_MAX_BATCH=1) at K = 1, in the same run, alternating, `--repeats` times. With `--vla-eval`, vla-eval 0.8.0's batching server
-(max_wait_time 10 ms, its default) on the same cost and payload, through its own client, too.
+The policy is the sleep double (`tests/policies/sleep`, infer_ms=20, per_item_ms=1, max_batch=8) in
+a real model server process; each client is its own process with the real `PolicyClient` (msgpack
+over the server's Unix socket, as a sim on the server's host), sending what the sim client sends: 3
+cameras of 224×224×3 uint8, their camera parameters, a 10-D proprio, the instruction, and nothing to
+do between replies (the model is the bottleneck). Measured: observations answered per second over a
+window, per K = 1, 2, 4, 8, next to the ideal K / (20 + K) ms (every call full), and the same server
+unbatched (MODEL_MAX_BATCH=1) at K = 1, in the same run, alternating, `--repeats` times. With
+`--vla-eval`, vla-eval 0.8.0's batching server (max_wait_time 10 ms, its default) on the same cost
+and payload, through its own client, too.
 It prints figures; it does not pass or fail on speed.
 
 Last line: `k1_vs_unbatched=<batched K=1 / unbatched K=1> k8_vs_ideal=<batched K=8 / ideal>`.
