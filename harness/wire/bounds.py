@@ -22,7 +22,7 @@ from harness.wire.errors import WireError
 
 MAX_ITEMS = 100_000  # values and keys in one message: an observation has tens, its pixels are blobs
 
-CUT_SHORT = "invalid msgpack body: it ends in the middle of its message"
+CUT_SHORT = "it ends in the middle of its message"
 _U8, _U16, _U32 = struct.Struct(">B"), struct.Struct(">H"), struct.Struct(">I")
 # Tokens of a fixed size after their first byte (nil, bools, numbers).
 _FIXED = {0xC0: 0, 0xC2: 0, 0xC3: 0, 0xCA: 4, 0xCB: 8, 0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8,
@@ -35,10 +35,14 @@ _EXT = {0xC7: 1, 0xC8: 2, 0xC9: 4, 0xD4: 0, 0xD5: 0, 0xD6: 0, 0xD7: 0, 0xD8: 0}
 _CONTAINER = {0xDC: (_U16, 1), 0xDD: (_U32, 1), 0xDE: (_U16, 2), 0xDF: (_U32, 2)}
 
 
+class NotMsgpack(WireError):
+    """The body is not one well-formed msgpack object (the caller says which body, and how)."""
+
+
 def msgpack_items(body: bytes | bytearray | memoryview, limit: int = MAX_ITEMS) -> int:
     """How many items (values and map keys) the msgpack object in `body` holds; WireError when
-    that passes `limit`, when the body is cut short or carries bytes after its object, or holds
-    a token we never accept (an extension type, the reserved 0xc1)."""
+    that passes `limit` or it holds an extension type (which we never accept), NotMsgpack when
+    the body is cut short, carries bytes after its object or holds the reserved 0xc1."""
     data = memoryview(body).cast("B")
     size, pos, pending, items = len(data), 0, 1, 0
     try:
@@ -70,13 +74,11 @@ def msgpack_items(body: bytes | bytearray | memoryview, limit: int = MAX_ITEMS) 
                 code = struct.unpack_from(">b", data, pos + _EXT[first])[0]
                 raise WireError(f"msgpack extension type {code} refused")
             else:
-                raise WireError(f"invalid msgpack body: token 0x{first:02x} is reserved")
+                raise NotMsgpack(f"token 0x{first:02x} is reserved")
     except (IndexError, struct.error):
-        raise WireError(CUT_SHORT) from None
+        raise NotMsgpack(CUT_SHORT) from None
     if pos != size:
-        raise WireError(
-            f"invalid msgpack body: {size - pos} bytes after its message" if pos < size else CUT_SHORT
-        )
+        raise NotMsgpack(f"{size - pos} bytes after its message" if pos < size else CUT_SHORT)
     return items
 
 

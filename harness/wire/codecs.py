@@ -17,7 +17,7 @@ import msgpack
 import numpy as np
 
 from harness.wire.arrays import from_buffer, raw_bytes, to_wire
-from harness.wire.bounds import json_items_bound, msgpack_items
+from harness.wire.bounds import NotMsgpack, json_items_bound, msgpack_items
 from harness.wire.errors import WireError
 
 ND_KEY = "__ndarray__"
@@ -60,9 +60,11 @@ class MsgpackCodec:
         return msgpack.packb(msg, default=_msgpack_default, use_bin_type=True)
 
     def decode(self, body: bytes | bytearray) -> dict[str, Any]:
-        msgpack_items(body)
         try:
+            msgpack_items(body)
             msg = msgpack.unpackb(body, raw=False, object_hook=_msgpack_hook, strict_map_key=True)
+        except NotMsgpack as exc:
+            raise WireError(f"invalid msgpack body: {exc}") from None
         except WireError:
             raise
         except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:

@@ -9,7 +9,7 @@ from typing import Any
 
 import msgpack
 
-from harness.wire.bounds import msgpack_items
+from harness.wire.bounds import NotMsgpack, msgpack_items
 from harness.wire.errors import WireError
 
 
@@ -23,6 +23,8 @@ def unpack_map(
     try:
         msgpack_items(body)
         msg = msgpack.unpackb(body, raw=False, object_hook=object_hook, strict_map_key=strict_map_key)
+    except NotMsgpack as exc:
+        raise WireError(f"{what} is not msgpack: {exc}") from None
     except WireError as exc:
         raise WireError(f"{what}: {exc}") from None
     except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
