@@ -51,7 +51,7 @@ def mean_text(value: float | None, interval: tuple[float, float] | None) -> str:
 
 def mean_note(adaptive: bool) -> str:
     """What the mean over tasks' brackets are."""
-    return "no interval: an adaptive run" if adaptive else f"[{METHOD}]"
+    return "no interval: an adaptive run" if adaptive else f"brackets: {METHOD}"
 
 
 def columns(rows: list[list[str]]) -> str:

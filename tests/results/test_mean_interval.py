@@ -78,7 +78,7 @@ def test_shown_in_results_txt_json_and_report(tmp_path: Path) -> None:
     lo, hi = stratified_wilson(np.array([0, 17, 4]), np.array([10, 20, 4]))
     bracket = f"[{100 * lo:.1f}–{100 * hi:.1f}]"
     total = next(line for line in (out / "results.txt").read_text().splitlines() if "TOTAL mean" in line)
-    assert f"SR 61.7% {bracket}" in total and f"[{METHOD}]" in total
+    assert f"SR 61.7% {bracket}" in total and f"(brackets: {METHOD})" in total
     mean = json.loads((out / "results.json").read_text())["totals"]["mean_over_tasks"]
     assert (mean["sr"], mean["sr_lo"], mean["sr_hi"]) == pytest.approx(((0.85 + 0 + 1) / 3, lo, hi))
     assert mean["interval"] == METHOD and mean["hsr_lo"] is not None
