@@ -1,7 +1,7 @@
 """Per-task, per-scene and total success rates of one contract's records.
 
 Totals are given two ways and always labelled: the mean over tasks (each task weighted equally, as the
-reference reports it, with its stratified Wilson interval) and the rate pooled over episodes (each
+reference reports it, with its stratified score interval) and the rate pooled over episodes (each
 episode weighted equally, the one a Wilson interval applies to). Errored episodes are counted apart and
 never enter a rate. In an adaptive run (EVAL_STOP, `harness.results.adaptive`) each cell counts its
 decided prefix only, and every rate carries the anytime-valid interval.
@@ -81,7 +81,7 @@ class Group:
 
     @property
     def mean_sr_interval(self) -> tuple[float, float] | None:
-        """The stratified Wilson 95% interval of `mean_sr` (`harness.results.mean_interval`); None in
+        """The stratified score 95% interval of `mean_sr` (`harness.results.mean_interval`); None in
         an adaptive run."""
         return mean_interval([t.sr for t in self.tasks])
 

@@ -2,7 +2,7 @@
 
 Each table states what its rates mean and how totals were formed, so a number copied out of it keeps
 its n, its interval (Wilson, or anytime-valid in an adaptive run) and whether it is a mean over tasks
-(with its stratified Wilson interval, `harness.results.mean_interval`) or pooled over episodes. An
+(with its stratified score interval, `harness.results.mean_interval`) or pooled over episodes. An
 adaptive run's tables add each cell's state and the episodes saved.
 """
 
