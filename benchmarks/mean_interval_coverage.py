@@ -1,5 +1,5 @@
 """Coverage of the mean-over-tasks interval: how often the stratified score 95% interval
-(`harness.results.mean_interval`) holds the true mean of the per-task success rates, by simulation.
+(`harness.results.stats.stratified_score`) holds the true mean of the per-task success rates, by simulation.
 
 No simulator: each simulated run draws every task's successes from Binomial(n_t, p_t) for a mix of true
 per-task rates (tasks at 0 and 1 included) and checks whether the interval holds mean(p_t). Beside it,
@@ -28,7 +28,7 @@ from statsmodels.stats.proportion import proportion_confint
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.results.mean_interval import stratified_score  # noqa: E402
+from harness.results.stats import stratified_score  # noqa: E402
 
 MIXES: dict[str, tuple[list[float], list[int] | int]] = {  # name: (true rates, episodes per task)
     "mixed_0_to_1_n10": ([0, 0, 0.05, 0.2, 0.5, 0.8, 0.95, 1, 1, 1], 10),

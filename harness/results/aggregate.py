@@ -18,8 +18,7 @@ from harness.results import ResultsError
 from harness.results.adaptive import Adaptive
 from harness.results.cell_decision import CellVerdict
 from harness.results.load import episode_key, scene_of
-from harness.results.mean_interval import mean_interval
-from harness.results.stats import Rate, mean_rate
+from harness.results.stats import Rate, mean_interval, mean_rate
 
 
 @dataclass
@@ -81,7 +80,7 @@ class Group:
 
     @property
     def mean_sr_interval(self) -> tuple[float, float] | None:
-        """The stratified score 95% interval of `mean_sr` (`harness.results.mean_interval`); None in
+        """The stratified score 95% interval of `mean_sr` (`harness.results.stats.mean_interval`); None in
         an adaptive run."""
         return mean_interval([t.sr for t in self.tasks])
 

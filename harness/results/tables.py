@@ -2,7 +2,7 @@
 
 Each table states what its rates mean and how totals were formed, so a number copied out of it keeps
 its n, its interval (Wilson, or anytime-valid in an adaptive run) and whether it is a mean over tasks
-(with its stratified score interval, `harness.results.mean_interval`) or pooled over episodes. An
+(with its stratified score interval, `harness.results.stats.mean_interval`) or pooled over episodes. An
 adaptive run's tables add each cell's state and the episodes saved.
 """
 
@@ -14,8 +14,7 @@ import json
 from typing import Any
 
 from harness.results.aggregate import Group, Summary, TaskResult
-from harness.results.mean_interval import METHOD
-from harness.results.stats import Rate
+from harness.results.stats import MEAN_INTERVAL, Rate
 
 LEGEND = (
     "SR = success rate; HSR = hard success rate (success and no collision).\n"
@@ -51,7 +50,7 @@ def mean_text(value: float | None, interval: tuple[float, float] | None) -> str:
 
 def mean_note(adaptive: bool) -> str:
     """What the mean over tasks' brackets are."""
-    return "no interval: an adaptive run" if adaptive else f"brackets: {METHOD}"
+    return "no interval: an adaptive run" if adaptive else f"brackets: {MEAN_INTERVAL}"
 
 
 def columns(rows: list[list[str]]) -> str:
@@ -187,7 +186,7 @@ def to_json(summary: Summary, meta: dict[str, Any]) -> str:
                 "hsr": total.mean_hsr,
                 "hsr_lo": hsr_lo,
                 "hsr_hi": hsr_hi,
-                "interval": None if sr_lo is None else METHOD,
+                "interval": None if sr_lo is None else MEAN_INTERVAL,
                 "tasks": total.tasks_with_trials,
             },
             "pooled_over_episodes": {"sr": total.pooled_sr.as_dict(), "hsr": total.pooled_hsr.as_dict()},

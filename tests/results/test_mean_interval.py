@@ -1,4 +1,4 @@
-"""The interval of the mean over tasks (`harness.results.mean_interval`): its coverage by simulation on
+"""The interval of the mean over tasks (`harness.results.stats.mean_interval`): its coverage by simulation on
 mixes of per-task rates that include 0 and 1 (a property test; seeded, so every run sees the same
 draws), and where it shows: results.txt, results.json and the report's total row.
 
@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from harness.results.mean_interval import METHOD, mean_interval, stratified_score
 from harness.results.organize import Options, organize
-from harness.results.stats import Rate, wilson
+from harness.results.stats import MEAN_INTERVAL, Rate, mean_interval, stratified_score, wilson
 from support.results_fixtures import new_run, record, write_records
 
 RUNS = 2000
@@ -88,10 +87,10 @@ def test_shown_in_results_txt_json_and_report(tmp_path: Path) -> None:
     lo, hi = stratified_score(np.array([0, 17, 4]), np.array([10, 20, 4]))
     bracket = f"[{100 * lo:.1f}–{100 * hi:.1f}]"
     total = next(line for line in (out / "results.txt").read_text().splitlines() if "TOTAL mean" in line)
-    assert f"SR 61.7% {bracket}" in total and f"(brackets: {METHOD})" in total
+    assert f"SR 61.7% {bracket}" in total and f"(brackets: {MEAN_INTERVAL})" in total
     mean = json.loads((out / "results.json").read_text())["totals"]["mean_over_tasks"]
     assert (mean["sr"], mean["sr_lo"], mean["sr_hi"]) == pytest.approx(((0.85 + 0 + 1) / 3, lo, hi))
-    assert mean["interval"] == METHOD and mean["hsr_lo"] is not None
+    assert mean["interval"] == MEAN_INTERVAL and mean["hsr_lo"] is not None
     report = (out / "report.html").read_text()
     total_row = report[report.index("<tr class=total>") :].split("</tr>")[0]
     assert f"61.7% <span class=ci>{bracket}</span>" in total_row
