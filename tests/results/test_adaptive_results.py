@@ -42,6 +42,11 @@ def test_the_tables_count_the_decided_prefix_with_anytime_intervals(run: RunDir,
     assert "episodes ran 26 of the cap 80, saved 20; ran after a decision (not counted): 4" in text
     doc = json.loads((out / "results.json").read_text())
     assert doc["interval"] == "anytime-valid 95%"
+    assert "(no interval: an adaptive run)" in text  # the mean over tasks: a fixed-n interval does not hold
+    assert (
+        doc["totals"]["mean_over_tasks"]["sr_lo"] is None
+        and doc["totals"]["mean_over_tasks"]["interval"] is None
+    )
     assert doc["adaptive"] == {"rule": "precision:0.3", "cells": {"decided: precise": 1, "running": 1},
                                "cap": 80, "ran": 26, "saved": 20, "ran_after_decision": 4}  # fmt: skip
     row = next(r for r in doc["rows"] if r["task"] == "a")
