@@ -16,6 +16,7 @@ from openpi_client.action_chunk_broker import ActionChunkBroker
 from openpi_client.websocket_client_policy import WebsocketClientPolicy
 
 from harness.config.policymap import load_policy_map
+from harness.config.settings import Settings
 from harness.model.openpi_server import OpenpiServer
 from harness.model.policyload import load_policy
 from harness.wire import openpi
@@ -32,9 +33,8 @@ from tests.support.wirekit import (
 def openpi_server(tmp_path: Path, policy: str = "hold", policy_map: Path | None = None) -> Iterator[int]:
     """An OpenpiServer in a thread of this process; yields its port."""
     loaded = load_policy(policy)
-    server = OpenpiServer(
-        loaded, tmp_path / "ready.json", policy_map=load_policy_map(policy_map) if policy_map else None
-    )
+    policy_map = load_policy_map(policy_map) if policy_map else None
+    server = OpenpiServer(loaded, tmp_path / "ready.json", Settings.defaults(), policy_map=policy_map)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     wait_for(lambda: server.ready_file.exists())
