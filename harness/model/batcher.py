@@ -79,6 +79,7 @@ class Batcher:
         self._wake = threading.Condition(self._lock)  # the dispatcher's: an arrival, a leave
         self._members: set[Member] = set()
         self._pending: list[_Item] = []
+        self._awaited: set[Member] = set()  # the members the dispatcher waits for before it goes
         self._free_since = clock()  # when the last call ended: nothing could go before that
         self._stats = BatchStats()
         self._next_log = clock() + STATS_LOG_EVERY_S
@@ -93,7 +94,9 @@ class Batcher:
     def leave(self, member: Member) -> None:
         with self._lock:
             self._members.discard(member)
-            self._wake.notify()
+            if member in self._awaited:
+                self._awaited.discard(member)
+                self._wake.notify()
 
     def start_episode(self, member: Member) -> None:
         """`member` is in an episode from now on (its first request follows its reset's answer)."""
@@ -117,7 +120,12 @@ class Batcher:
             if self._dispatcher is None:
                 self._dispatcher = threading.Thread(target=self._dispatch, name="batcher", daemon=True)
                 self._dispatcher.start()
-            self._wake.notify()
+            # wake the dispatcher only when this arrival can change its decision: under load, each
+            # wake-up costs a wait for a core while the other sessions' requests come in
+            awaited = member in self._awaited
+            self._awaited.discard(member)
+            if len(self._pending) == 1 or len(self._pending) >= self.max_batch or awaited:
+                self._wake.notify()
         item.answered.wait()
         if item.error is not None:
             raise item.error
@@ -146,16 +154,18 @@ class Batcher:
         if len(self._pending) < self.max_batch:
             deadline = max(self._pending[0].arrived, self._free_since) + self.max_wait_s
             if now < deadline:
-                awaited = [
-                    m.expected_at() + self.max_wait_s
+                awaited = {
+                    m: m.expected_at() + self.max_wait_s
                     for m in self._members
                     if m.active
                     and not m.waiting
                     and m.expected_at() <= deadline
                     and now <= m.expected_at() + self.max_wait_s
-                ]
+                }
                 if awaited:
-                    return None, min(deadline, *awaited) - now
+                    self._awaited = set(awaited)
+                    return None, min(deadline, *awaited.values()) - now
+        self._awaited = set()
         batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
         return batch, None
 
