@@ -26,11 +26,12 @@ import os
 import sys
 from pathlib import Path
 
-from harness.config.failures import run_command
 from harness.config.settings import Settings
 from harness.episode.bench import load_benchmark
 from harness.episode.simclient import SimJob
 from harness.episode.simserver import CANNOT_START, NO_BENCHMARK, run_job, serve
+from harness.process.failures import run_command
+from harness.wire.errors import WireError
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -83,4 +84,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_command("eval_policy_client", main))
+    sys.exit(run_command("eval_policy_client", main, failures=(WireError,)))

@@ -34,6 +34,7 @@ from harness.config.manifest import (
 )
 from harness.config.paths import CODE_ROOT, bundle_root, resolve_checkpoint
 from harness.config.plan import resolve_unit_seeds
+from harness.config.policyserver import ServerProbe
 from harness.config.rundir import QueueFileError, RunDir, read_queue
 from harness.config.seedbank import resolve_root
 from harness.config.stoprule import BASELINE_INFO, check_stop_rule
@@ -55,14 +56,16 @@ def create_run(
     queue_file: Path | str,
     env: Mapping[str, str] = os.environ,
     step_limits: Mapping[str, int] | None = None,
+    probe: ServerProbe | None = None,
 ) -> Manifest:
     """`step_limits`: each task's episode step limit where the benchmark says (kept in `info`: the
-    expected cost of units nobody has run yet, `harness.worker.episode_costs`)."""
+    expected cost of units nobody has run yet, `harness.worker.episode_costs`); `probe`: reads
+    POLICY_SERVER's section (`harness.episode.serverdial.probe`)."""
     run = RunDir(Path(run_dir))
     cells = read_queue(Path(queue_file))
     if not cells:
         raise QueueFileError(f"queue file {queue_file} lists no units")
-    contract = build_contract(cells, env)
+    contract = build_contract(cells, env, probe)
     n = eval_test_num(env)
     check_bank_size(n, contract["seeds"], contract["knobs"]["SEEDS_ROOT"])
     try:

@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.config.contract import CODE_REFUSED_EXIT, check_code
-from harness.config.failures import Refused
 from harness.config.manifest import ContractMismatch, ManifestError, load_manifest
 from harness.config.policymap import load_policy_map
 from harness.config.settings import Settings
 from harness.episode.bench import Benchmark
 from harness.episode.external import ExternalPolicyClient
 from harness.episode.simclient import SimClient, SimJob
+from harness.process.failures import Refused
 from harness.wire.client import PolicyClient
 from harness.wire.errors import PeerClosed, WireError
 
@@ -112,7 +112,7 @@ def external_client(settings: Settings, run_dir: Path) -> ExternalPolicyClient:
     section = load_manifest(run_dir).contract.get("policy_server")
     expect = section.get("metadata_sha256") if isinstance(section, dict) else None
     mapping = load_policy_map(settings.policy_server_map or "POLICY_SERVER_MAP is not set")
-    return ExternalPolicyClient(settings.policy_server, mapping, expect)
+    return ExternalPolicyClient(settings.policy_server, mapping, settings, expect)
 
 
 def parse_job(line: str, worker_pid: int | None) -> SimJob:

@@ -31,6 +31,7 @@ from harness.config.seedbank import SeedBankError, read_bank, resolve_root, seed
 from harness.config.settings import Settings
 from harness.config.validate import knob_problems, problem_list, some_of
 from harness.episode.bench import Benchmark, load_benchmark
+from harness.episode.serverdial import probe
 from harness.launch.benchparams import params_problems
 from harness.model.wrapper import PolicyRefused, policy_dir, stated_checkpoint, stated_conventions
 from harness.wire.errors import WireError
@@ -177,7 +178,7 @@ def check_runnable(
 def new_run(run_dir: Path | str, queue_file: Path | str, env: Mapping[str, str] = os.environ) -> Manifest:
     """`create_run` after `check_runnable`: the one way the launchers create a run."""
     step_limits = check_runnable(queue_file, env, Path(run_dir))
-    return create_run(run_dir, queue_file, env, step_limits)
+    return create_run(run_dir, queue_file, env, step_limits, probe(Settings.from_env(env)))
 
 
 def new_fillin(run_dir: Path | str, eval_test_num: int | None, seeds_root: str | None) -> Manifest:

@@ -20,13 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.config import knobs
-from harness.config.failures import run_command
 from harness.config.paths import resolve_checkpoint
 from harness.node.codesync import code_copy
 from harness.node.holds import HoldError, hold
 from harness.node.sizing import detect, size_node
 from harness.node.staging import GB, StagingError, Wanted, node_lock, prune, stage, want
 from harness.node.venvs import install_pin, is_venv, relocate
+from harness.process.failures import run_command
 
 
 def node_name() -> str:
