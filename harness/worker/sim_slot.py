@@ -48,10 +48,10 @@ def writer_id(worker_id: str, index: int) -> str:
 
 
 def serve_argv(env: dict[str, str], ready_file: Path) -> list[str]:
-    """The persistent sim process: the sim client in `--serve` mode (job lines on stdin)."""
+    """The persistent sim process: the sim client, given job lines on stdin."""
     root = Path(env.get("EVAL_ROOT", "."))
     return [
-        env.get("SIM_PY", sys.executable), str(root / "scripts" / "eval_policy_client.py"), "--serve",
+        env.get("SIM_PY", sys.executable), str(root / "scripts" / "eval_policy_client.py"),
         "--ready-file", str(ready_file), "--worker-pid", str(os.getpid()),
     ]  # fmt: skip
 
