@@ -12,7 +12,7 @@ import getpass
 import os
 import shutil
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +45,13 @@ def create_run(
     env: Mapping[str, str] = os.environ,
     step_limits: Mapping[str, int] | None = None,
     probe: ServerProbe | None = None,
-    code_version: Mapping[str, str] | None = None,
+    code_version: Callable[[], Mapping[str, str]] | None = None,
 ) -> Manifest:
     """`step_limits`: each task's episode step limit where the benchmark says (kept in `info`: the
     expected cost of units nobody has run yet, `harness.worker.episode_costs`); `probe`: reads
-    POLICY_SERVER's section (`harness.episode.serverdial.probe`); `code_version`: the code's git
-    commit and description, kept in `info` (the launcher asks git: nothing here starts a process)."""
+    POLICY_SERVER's section (`harness.episode.serverdial.probe`); `code_version`: gives the code's git
+    commit and description, kept in `info`, when the run is written (the launcher asks git:
+    nothing here starts a process)."""
     run = RunDir(Path(run_dir))
     cells = read_queue(Path(queue_file))
     if not cells:
@@ -89,7 +90,7 @@ def create_run(
             "unit_split": unit_split,
             **({"step_limits": dict(step_limits)} if step_limits else {}),
             **({BASELINE_INFO: rule.baseline_path} if rule.baseline_path else {}),
-            **(code_version or {}),
+            **(code_version() if code_version else {}),
         },
     )
     try:

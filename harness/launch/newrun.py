@@ -198,7 +198,7 @@ def git_version() -> dict[str, str]:
 def new_run(run_dir: Path | str, queue_file: Path | str, env: Mapping[str, str] = os.environ) -> Manifest:
     """`create_run` after `check_runnable`: the one way the launchers create a run."""
     settings, step_limits = check_runnable(queue_file, env, Path(run_dir))
-    return create_run(run_dir, queue_file, env, step_limits, probe(settings), git_version())
+    return create_run(run_dir, queue_file, env, step_limits, probe(settings), git_version)
 
 
 def new_fillin(run_dir: Path | str, eval_test_num: int | None, seeds_root: str | None) -> Manifest:
