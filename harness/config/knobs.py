@@ -14,7 +14,6 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from harness.config.failures import run_command
 from harness.config.knobtypes import (
     FLAG,
     MAPPING,
@@ -27,6 +26,7 @@ from harness.config.knobtypes import (
     number,
     seconds,
 )
+from harness.process.failures import run_command
 from harness.wire.frames import DEFAULT_MAX_FRAME
 from harness.wire.local import UNIX_MODES
 from harness.wire.shm import SHM_MODES
