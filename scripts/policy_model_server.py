@@ -17,13 +17,13 @@ import sys
 from typing import TYPE_CHECKING
 
 from harness.config import knobs
-from harness.config.failures import run_command
 from harness.config.policymap import PolicyMapError, load_policy_map
 from harness.config.settings import Settings
-from harness.config.stopsignals import StopSignals
 from harness.model.dialout import connect_out
 from harness.model.policyload import LoadedPolicy, PolicyRefused, load_policy
 from harness.model.server import ModelServer
+from harness.process.failures import run_command
+from harness.process.stopsignals import StopSignals
 from harness.wire.errors import WireError
 from harness.wire.readyfile import write_ready
 
@@ -83,7 +83,7 @@ def listener(
 
 
 def serve(args: argparse.Namespace, policy: LoadedPolicy, settings: Settings) -> None:
-    """Serve until SIGTERM/SIGINT, which only raise a flag (harness.config.stopsignals): the
+    """Serve until SIGTERM/SIGINT, which only raise a flag (harness.process.stopsignals): the
     server's shutdown runs in the flag's watcher thread, never inside the signal handler."""
     server = None if args.connect else listener(policy, args.ready_file, settings)
     signals = StopSignals(on_stop=None if server is None else lambda signum: server.shutdown())
@@ -116,4 +116,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_command("policy_model_server", main))
+    sys.exit(run_command("policy_model_server", main, failures=(WireError,)))

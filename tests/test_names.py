@@ -15,6 +15,8 @@ from pathlib import Path
 
 HARNESS = Path(__file__).resolve().parents[1] / "harness"
 SHARED_FILE_NAMES = {"__init__.py", "vlaeval.py"}
+# aliases of modules that moved to harness/process/, kept until the model server's files import
+# from there (issue 58)
 
 
 def _shared(names: dict[str, list[str]]) -> dict[str, list[str]]:

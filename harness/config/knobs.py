@@ -14,7 +14,6 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from harness.config.failures import run_command
 from harness.config.knobtypes import (
     FLAG,
     MAPPING,
@@ -27,6 +26,7 @@ from harness.config.knobtypes import (
     number,
     seconds,
 )
+from harness.process.failures import run_command
 
 WIRE_CODECS = ("msgpack", "json")  # harness.wire.codecs.CODECS (tests/wire checks they agree)
 DEFAULT_MAX_FRAME = 64 << 20  # WIRE_MAX_FRAME's default: harness.wire.frames' (tests/wire checks)

@@ -55,7 +55,7 @@ log = logging.getLogger("model_server")
 
 IDLE_TIMEOUT_S = 3600.0  # a greeted sim client may spend a long time between requests (slow sim steps)
 ACCEPT_BACKOFF_S = 0.1  # pause between accept() tries while out of descriptors or buffers
-HELLO_REPLY_LIMIT = 1 << 20  # an error reply is a line of text
+ERROR_REPLY_LIMIT = 1 << 20  # an error reply is a line of text
 LOG_EVERY_S = 10.0  # at most one line per this many seconds for client faults, one for policy failures
 
 
@@ -181,7 +181,7 @@ def _drop(conn: socket.socket, codec: Codec, peer: str, reason: str, faults: Fau
 
 def _try_send(conn: socket.socket, codec: Codec, msg: dict[str, Any]) -> None:
     with contextlib.suppress(WireError, OSError):
-        send_frame(conn, codec.encode(msg), HELLO_REPLY_LIMIT)
+        send_frame(conn, codec.encode(msg), ERROR_REPLY_LIMIT)
 
 
 class ModelServer:
@@ -291,6 +291,6 @@ class ModelServer:
             self._slots.release()
 
     def shutdown(self) -> None:
-        """Stop accepting, from another thread (a stop signal's watcher: harness.config.stopsignals;
+        """Stop accepting, from another thread (a stop signal's watcher: harness.process.stopsignals;
         never a signal handler, which could land inside this Event's lock)."""
         self._stop.set()

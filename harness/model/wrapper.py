@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from harness.config.failures import Refused
 from harness.config.paths import CODE_ROOT
+from harness.process.failures import Refused
 
 
 class PolicyRefused(Refused):

@@ -97,7 +97,7 @@ class WebSocketFrontEnd(ABC):
             remove_ready(self.ready_file, os.getpid())
 
     def shutdown(self) -> None:
-        """Stop serving, from any other thread (a stop signal's watcher: harness.config.stopsignals;
+        """Stop serving, from any other thread (a stop signal's watcher: harness.process.stopsignals;
         never a signal handler, which could land inside this Event's lock): serve_forever closes the
         connections and returns."""
         self._stop.set()

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.config.failures import Failed
 from harness.config.settings import Settings
+from harness.process.failures import Failed
 from harness.queue.owner import process_stopped
 from harness.wire.errors import WireError
 from harness.wire.readyfile import read_ready

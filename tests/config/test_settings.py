@@ -22,12 +22,6 @@ ALLOWED = {
     # a wrapper's get_model sees only its deploy_policy.yml settings; SEEDS_ROOT is its fallback
     "policy/replay/deploy_policy.py",
 }
-# Files not yet given their settings from their process's entry point (issue 58: this set only shrinks)
-PENDING = {
-    "harness/launch/newrun.py",
-    "harness/node/sizing.py",
-    "harness/node/steps.py",
-}
 
 
 def knob_reads(path: Path) -> list[int]:
@@ -79,13 +73,12 @@ def _environment_lookup(node: ast.AST) -> str | None:
 
 
 def stray_knob_reads(root: Path = REPO) -> list[str]:
-    """`path:line` of each knob read outside harness/config/, scripts/, `main` functions, ALLOWED and
-    PENDING."""
+    """`path:line` of each knob read outside harness/config/, scripts/, `main` functions and ALLOWED."""
     found = []
     for top in SCANNED:
         for path in sorted((root / top).rglob("*.py")):
             rel = path.relative_to(root).as_posix()
-            if rel.startswith(("harness/config/", "scripts/")) or rel in ALLOWED | PENDING:
+            if rel.startswith(("harness/config/", "scripts/")) or rel in ALLOWED:
                 continue
             found += [f"{rel}:{line}" for line in knob_reads(path)]
     return found
@@ -93,11 +86,6 @@ def stray_knob_reads(root: Path = REPO) -> list[str]:
 
 def test_knobs_are_read_only_by_config_and_the_entry_points() -> None:
     assert stray_knob_reads() == [], "read the value from the process's Settings, passed down"
-
-
-def test_pending_files_still_read_knobs() -> None:
-    """A file converted to its Settings leaves PENDING, so the set only shrinks."""
-    assert [f for f in sorted(PENDING) if not knob_reads(REPO / f)] == []
 
 
 def test_the_scan_catches_each_way_of_reading_a_knob(tmp_path: Path) -> None:

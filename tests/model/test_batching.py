@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.config.failures import Refused
 from harness.config.settings import Settings
 from harness.config.validate import InputRefused
 from harness.model.policyload import PolicyCallFailed, PolicyRefused, Request, load_policy
+from harness.process.failures import Refused
 from harness.wire.client import PolicyClient
 from harness.wire.errors import RemoteError
 from support.wirekit import REPO, SPEC, client, episode, obs, running_server

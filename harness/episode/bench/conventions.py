@@ -26,8 +26,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-GRIPPER_SIGN = "+1 open, -1 closed"
-
 
 @dataclass(frozen=True)
 class Convention:

@@ -5,8 +5,8 @@ launch, a full disk, an unreachable server) prints `<prog>: <what, naming the in
 exits 2 when the command refused (the input is wrong: fix it and rerun) or 1 when it failed (the
 machine or a peer let it down). Anything else is a bug: its traceback is printed, then a line saying
 so. Errors of the harness say which they are by their base class: `Refused` (ValueError too, as the
-config errors already are) or `Failed`; the wire's errors, whose package imports nothing of ours,
-are failures.
+config errors already are) or `Failed`. The wire's errors are failures too, but this package imports
+nothing of the harness: an entry point that talks over the wire names them (`failures=(WireError,)`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-
-from harness.wire.errors import WireError
 
 REFUSED, FAILED = 2, 1
 _REPO = str(Path(__file__).resolve().parents[2]) + "/"
@@ -45,27 +43,31 @@ def _where(exc: BaseException) -> str | None:
     ours = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(_REPO)]
     if not ours:
         return None
-    return f"{ours[-1].filename[len(_REPO):]}:{ours[-1].lineno} {ours[-1].name}"
+    return f"{ours[-1].filename[len(_REPO) :]}:{ours[-1].lineno} {ours[-1].name}"
 
 
-def exit_code(exc: BaseException) -> int | None:
-    """REFUSED or FAILED for an expected failure, None for a bug."""
+def exit_code(exc: BaseException, failures: tuple[type[BaseException], ...] = ()) -> int | None:
+    """REFUSED or FAILED for an expected failure (`failures`: more classes that are failures), None
+    for a bug."""
     if isinstance(exc, Refused | ValueError):
         return REFUSED
-    if isinstance(exc, Failed | OSError | WireError):
+    if isinstance(exc, (Failed, OSError, *failures)):
         return FAILED
     return None
 
 
-def run_command(prog: str, main: Callable[[], int | None]) -> int:
-    """Run `main` and turn what it raises into the exit status and stderr lines described above."""
+def run_command(
+    prog: str, main: Callable[[], int | None], failures: tuple[type[BaseException], ...] = ()
+) -> int:
+    """Run `main` and turn what it raises into the exit status and stderr lines described above;
+    `failures`: more exception classes that are failures, not bugs (the wire's, where it talks)."""
     try:
         return main() or 0
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        code = exit_code(exc)
+        code = exit_code(exc, failures)
         if code is None:
             traceback.print_exc()
             print(f"{prog}: this is a bug (traceback above); please report it", file=sys.stderr)
