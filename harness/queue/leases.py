@@ -101,6 +101,7 @@ class LeaseQueue:
         self._leased: set[str] = set()
         self._misses = 0
         self._last_reap = time.monotonic()
+        self.reaped: list[str] = []  # what this worker reclaimed, one line each, for its caller's log
         self._idle_s = IDLE_S
         self._woken = False  # the last idle wait ended on the beacon
         self._staged: tuple[Path, str] | None = None  # the next claim: its private dir, its generation
@@ -260,6 +261,7 @@ class LeaseQueue:
     def reap_pass(self) -> list[str]:
         """Reclaim every dead lease among those last listed; the keys this worker reclaimed."""
         self._last_reap = time.monotonic()
+        self.reaped: list[str] = []  # what this worker reclaimed, one line each, for its caller's log
         now = self.clock.now()
         reaped = []
         for key in sorted(self._leased):
@@ -270,8 +272,9 @@ class LeaseQueue:
                 self.finished.add(key)
                 if view.done:  # its owner died before writing the listing's hint: write it for it
                     write_once(self.root / f"{key}{DONE}", view.generation)
-            elif self.judge.reason(view) is not None and reaper.reap(self.root, view):
+            elif (reason := self.judge.reason(view)) is not None and reaper.reap(self.root, view):
                 reaped.append(key)
+                self.reaped.append(f"reaped unit={key} from {reaper.owner_text(view.owner)}: {reason}")
                 self._candidates.append(key)
         self._leased -= set(self._candidates) | self.finished
         return reaped

@@ -158,6 +158,13 @@ class Judge:
         return None
 
 
+def owner_text(owner: dict[str, Any] | None) -> str:
+    """Who held a lease, for a log line: its writer, host and pid as its owner record says."""
+    if not owner:
+        return "a reaper or releaser that died mid-way"
+    return f"worker={owner.get('worker', '?')} host={owner.get('host', '?')} pid={owner.get('pid', '?')}"
+
+
 def reap(root: Path, view: LeaseView) -> bool:
     """Reclaim the lease `view` saw. True for exactly one of any number of concurrent reapers."""
     path = root / view.key

@@ -189,6 +189,8 @@ class Worker:
             first = not self.claimed  # the worker's first claim takes the shortest unit: its first
             # result comes soonest; every later one the longest, so the run's tail stays short
             lease = slot.queue.claim(self.stop, slot.has_run, self.stopper.decided, shortest=first)
+            while slot.queue.reaped:  # a reclaimed lease leaves a trace on this side too
+                slot.log(slot.queue.reaped.pop(0))
             if lease is None:
                 break
             self.claimed = True

@@ -137,6 +137,9 @@ def test_stopped_owner_is_reaped_after_ttl_and_fenced(
         assert other.reap_pass() == []
         time.sleep(1.5)
         assert other.reap_pass() == [key]
+        [line] = other.reaped  # the reaper's side of it, for its log
+        assert line.startswith(f"reaped unit={key} from worker=") and f"pid={proc.pid}" in line, line
+        assert "no heartbeat for" in line and "LEASE_TTL=1" in line, line
         mine = other.claim()
         assert mine is not None and mine.unit.key == key
     finally:

@@ -175,6 +175,8 @@ def test_a_frozen_worker_starts_no_episode_while_another_worker_takes_its_unit(t
     during = [r for r in w0 if stopped_at + 1.5 < _epoch(r["finished_at"]) < resumed_at]
     assert during == []  # at most the episode already running when it froze finished in the freeze
     assert "lease lost" in (tmp_path / "w0.log").read_text()
+    reaps = [line for line in (tmp_path / "w1.log").read_text().splitlines() if "reaped unit=" in line]
+    assert len(reaps) == 1 and "worker=w0" in reaps[0] and "no heartbeat for" in reaps[0], reaps
 
 
 def _epoch(iso: str) -> float:
