@@ -46,10 +46,11 @@ def metadata(policy: LoadedPolicy) -> dict[str, Any]:
 
 
 def check_map(policy_map: PolicyMap, policy: LoadedPolicy) -> None:
-    if policy_map.protocol != "openpi" or policy_map.action_dim != policy.spec["action_dim"]:
+    dim = policy.spec.get("action_dim")  # None: the policy acts in the sim's (hold)
+    if policy_map.protocol != "openpi" or (dim is not None and policy_map.action_dim != dim):
         raise PolicyRefused(
             f"MODEL_SERVER_MAP={policy_map.source}: needs protocol openpi and action_dim "
-            f"{policy.spec['action_dim']} (the policy's), "
+            f"{dim} (the policy's), "
             f"got {policy_map.protocol} and {policy_map.action_dim}"
         )
 

@@ -26,6 +26,7 @@ from harness.model.batcher import Batcher, Member
 from harness.model.collate import collate
 from harness.model.seeding import check_batched_seeding, rng_seed, seed_global_rngs
 from harness.model.wrapper import (
+    ANY,
     PolicyRefused,
     action_conventions,
     batch_size,
@@ -181,7 +182,7 @@ class LoadedPolicy:
         if hasattr(out, "detach"):
             out = out.detach().float().cpu().numpy()
         arr = np.asarray(out, dtype=np.float32)
-        want = (self.spec["chunk_len"], self.spec["action_dim"])
+        want = (self.spec["chunk_len"], self.spec.get("action_dim", arr.shape[-1]))
         if arr.ndim != 3 or arr.shape[0] < 1 or arr.shape[1:] != want:
             raise PolicyCallFailed(
                 f"{self.name}.generate_actions returned shape {arr.shape}, expected [B, *{want}]"
@@ -242,9 +243,13 @@ def load_policy(
         raise PolicyRefused(f"checkpoint {ckpt!r}: neither a path nor a directory under $BUNDLE/checkpoints")
     usr_args["ckpt_path"] = None if ckpt_path is None else str(ckpt_path)
     usr_args.setdefault("policy_name", directory.name)
-    for key in ("action_dim", "num_actions"):
-        if not isinstance(usr_args.get(key), int):
-            raise PolicyRefused(f"policy {directory.name}: setting {key!r} must be an integer in {yml}")
+    if not isinstance(usr_args.get("num_actions"), int):
+        raise PolicyRefused(f"policy {directory.name}: setting 'num_actions' must be an integer in {yml}")
+    if not isinstance(usr_args.get("action_dim"), int) and usr_args.get("action_dim") != ANY:
+        raise PolicyRefused(
+            f"policy {directory.name}: setting 'action_dim' must be an integer in {yml}, or {ANY!r} "
+            "for a policy that acts in whatever convention the sim applies (hold)"
+        )
     module = import_wrapper(directory)
     try:
         model = module.get_model(usr_args)
@@ -254,10 +259,11 @@ def load_policy(
     spec = {
         "policy": directory.name,
         "ckpt": Path(ckpt).name if ckpt else "",
-        "action_dim": usr_args["action_dim"],
         "chunk_len": usr_args["num_actions"],
         "cameras": list(usr_args.get("cameras") or []),
     }
+    if usr_args["action_dim"] != ANY:  # else each episode's observation says the sim's (`episode`)
+        spec["action_dim"] = usr_args["action_dim"]
     if usr_args.get("image_size") is not None:
         spec["image_size"] = usr_args["image_size"]
     spec["action"] = action_conventions(usr_args.get("action_convention"), yml)

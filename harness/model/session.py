@@ -62,6 +62,7 @@ class Session:
         self.codec: Codec = JsonCodec()
         self.pending_codec: Codec | None = None  # switched to after the hello reply went out in JSON
         self.greeted = False
+        self.sim_spec: dict[str, Any] = {}  # the sim's side of the hello: its action convention, dims
         self.frame_limit: int | None = None  # after the hello: the observation bound (None: none declared)
         self.episode: SessionEpisode | None = None
         self.state: SessionState | None = None  # the wrapper's per-session state (made at the first reset)
@@ -121,6 +122,7 @@ class Session:
         if self.reply_token:
             reply["token"] = self.reply_token
         self.greeted = True
+        self.sim_spec = msg["spec"]
         self.frame_limit = frame_limit
         self.pending_codec = get_codec(name)
         return reply
@@ -139,7 +141,10 @@ class Session:
         ep, step = self.episode, msg["step"]
         obs = dict(msg["obs"])
         obs.setdefault("instruction", ep.instruction)
-        obs["episode"] = {"task": ep.task, "task_config": ep.task_config, "seed": ep.seed, "step": step}
+        obs["episode"] = {
+            "task": ep.task, "task_config": ep.task_config, "seed": ep.seed, "step": step,
+            "action": self.sim_spec.get("action"), "action_dim": self.sim_spec.get("action_dim"),
+        }  # fmt: skip
         actions = _policy(self.policy.act, obs, ep.seed, step, self.state, self.member)
         return {"type": "infer", "actions": actions}
 

@@ -87,8 +87,14 @@ def stated_checkpoint(name: str, overrides: list[str] | None = None) -> tuple[Pa
     return yml, usr_args.get("needs_checkpoint")
 
 
-def action_conventions(value: Any, yml: Path) -> list[str]:
-    """The conventions a wrapper's actions are in (`action_convention`: a name or a list; default ee6d)."""
+ANY = "any"  # a wrapper's action_convention and action_dim when it acts in the sim's (hold)
+
+
+def action_conventions(value: Any, yml: Path) -> list[str] | str:
+    """The conventions a wrapper's actions are in (`action_convention`: a name or a list; default
+    ee6d; `any`: whichever the sim applies, told in each observation's `episode`)."""
+    if value == ANY:
+        return ANY
     names = ["ee6d"] if value is None else [value] if isinstance(value, str) else value
     if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
         raise PolicyRefused(f"{yml}: action_convention must be a convention name or a list, got {value!r}")

@@ -101,9 +101,10 @@ def check_specs(server: dict[str, Any], client: dict[str, Any]) -> None:
 
 
 def _convention_problems(server: dict[str, Any], client: dict[str, Any]) -> list[str]:
-    """The sim's action convention (`action`) must be one the policy states it emits (a name or list)."""
+    """The sim's action convention (`action`) must be one the policy states it emits (a name or
+    list; `any`: it acts in whichever the sim applies)."""
     emits, applies = server.get("action"), client.get("action")
-    if emits is None or applies is None:
+    if emits is None or applies is None or emits == "any":
         return []
     emitted = [emits] if isinstance(emits, str) else list(emits)
     if applies in emitted:

@@ -56,7 +56,7 @@ def test_real_openpi_client_against_our_server_in_the_model_env(openpi_mode_serv
     assert info["protocol"] == "openpi"
     client = WebsocketClientPolicy(host="127.0.0.1", port=info["port"])
     meta = client.get_server_metadata()
-    assert meta["policy"] == "hold" and meta["action_dim"] == 10 and meta["chunk_len"] == 30
+    assert meta["policy"] == "hold" and meta["action"] == "any" and meta["chunk_len"] == 30
     reply = client.infer({"proprio": pose(1.0), "prompt": "hold still"})
     assert reply["actions"].shape == (30, 10) and reply["actions"].dtype == np.float32
     np.testing.assert_array_equal(reply["actions"], np.tile(pose(1.0), (30, 1)))

@@ -28,14 +28,38 @@ from support.wirekit import (
 )
 
 
-def test_hold_returns_current_pose_dual_arm() -> None:
-    policy = load_policy("hold", "", ["action_dim=20", "num_actions=5"])
+def _held(policy: object, proprio: np.ndarray, action: str, action_dim: int) -> np.ndarray:
+    return policy.act({"proprio": proprio, "episode": {"action": action, "action_dim": action_dim}}, 0, 0)
+
+
+LIBERO = "vla-eval:position=delta_xyz/3,rotation=axis_angle/3,gripper=binary_close_positive/1"
+
+
+def test_hold_stays_put_in_whichever_convention_the_sim_applies() -> None:
+    """The floor for every benchmark (issue 63: LIBERO had none): absolute conventions repeat the
+    pose, delta ones move by zero with the gripper kept (ManiSkill) or open (vla-eval's binary)."""
+    policy = load_policy("hold", "", ["num_actions=5"])
+    assert "action_dim" not in policy.spec and policy.spec["action"] == "any"
     pose = np.arange(20, dtype=np.float32)
-    chunk = policy.act({"proprio": pose}, seed=0, step=0)
-    assert chunk.shape == (5, 20)
-    np.testing.assert_array_equal(chunk, np.tile(pose, (5, 1)))
+    np.testing.assert_array_equal(_held(policy, pose, "ee6d", 20), np.tile(pose, (5, 1)))  # two arms
     with pytest.raises(ValueError, match="proprio has 10 numbers"):
-        policy.act({"proprio": pose[:10]}, seed=0, step=0)
+        _held(policy, pose[:10], "ee6d", 20)
+    tcp = np.array([0.1, 0.2, 0.3, 0.0, 0.5, 0.0, -1.0], np.float32)  # xyz, XYZ Euler, gripper closed
+    np.testing.assert_array_equal(_held(policy, tcp, "ee_delta", 7)[0], [0, 0, 0, 0, 0, 0, -1])
+    np.testing.assert_array_equal(_held(policy, np.ones(4, np.float32), "metaworld", 4)[0], [0, 0, 0, -1])
+    libero = _held(policy, np.ones(8, np.float32), LIBERO, 7)
+    np.testing.assert_array_equal(libero, np.tile([0, 0, 0, 0, 0, 0, -1], (5, 1)))
+    with pytest.raises(ValueError, match="cannot hold still in action convention 'vla-eval:position=abs"):
+        _held(policy, pose, "vla-eval:position=absolute_xyz/3,gripper=binary_close_positive/1", 4)
+
+
+def test_a_policy_of_any_convention_passes_the_hello_and_others_are_still_checked() -> None:
+    from harness.wire.errors import WireError
+    from harness.wire.protocol import check_specs
+
+    check_specs({"action": "any", "chunk_len": 30}, {"action": LIBERO, "action_dim": 7})
+    with pytest.raises(WireError, match="action convention"):
+        check_specs({"action": ["ee6d"], "action_dim": 10}, {"action": LIBERO, "action_dim": 7})
 
 
 def write_traces(root: Path) -> dict[str, np.ndarray]:

@@ -31,7 +31,7 @@ from support.wirekit import NOISY, SPEC, client, episode, obs, raw_connect, raw_
 def test_hold_round_trip_both_codecs(tmp_path: Path, codec: str) -> None:
     with running_server(tmp_path), client(tmp_path / "ready.json", codec=codec) as c:
         spec = c.hello(SPEC)
-        assert spec["policy"] == "hold" and spec["action_dim"] == 10 and spec["chunk_len"] == 30
+        assert spec["policy"] == "hold" and spec["action"] == "any" and spec["chunk_len"] == 30
         assert type(c._codec).__name__.lower().startswith(codec)
         c.ping()
         c.reset("task", "cfg", "pick", 3)
@@ -51,7 +51,7 @@ def test_ready_file_contents(tmp_path: Path) -> None:
 
 def test_spec_mismatch_names_both_values(tmp_path: Path) -> None:
     with (
-        running_server(tmp_path),
+        running_server(tmp_path, overrides=["action_dim=10"]),
         client(tmp_path / "ready.json") as c,
         pytest.raises(RemoteError, match="action_dim: policy produces 10, robot takes 20"),
     ):
