@@ -74,7 +74,7 @@ def deploy_settings(directory: Path, overrides: list[str] | None) -> tuple[Path,
     return yml, usr_args
 
 
-def stated_conventions(name: str, overrides: list[str] | None = None) -> list[str]:
+def stated_conventions(name: str, overrides: list[str] | None = None) -> list[str] | str:
     """The action conventions wrapper `name` states it emits (yml + overrides), without loading it."""
     yml, usr_args = deploy_settings(policy_dir(name), overrides)
     return action_conventions(usr_args.get("action_convention"), yml)

@@ -126,7 +126,7 @@ def _new_run(tmp_path: Path, queue_line: str, **knobs: str) -> subprocess.Comple
         ("libero pick up the soup", {}, "task 'pick up the soup' is not in LIBERO suite libero_object"),
         (f"libero {TASK}", {"EVAL_TEST_NUM": "51"}, r"seed\(s\) \[50\] from EVAL_TEST_NUM=51"),
         (f"libero {TASK}", {"BENCH_PARAMS": "{cameras: 2}"}, r"unknown LIBERO setting\(s\) \['cameras'\]"),
-        (f"libero {TASK}", {"POLICY": "hold"}, r"policy emits \['ee6d', 'joint_pos'\]"),
+        (f"libero {TASK}", {"POLICY": "replay"}, r"policy emits \['ee6d'\]"),
         (
             f"libero {TASK}",
             {"BENCH_PARAMS": '{mujoco: "3.17.0"}'},
@@ -141,6 +141,12 @@ def test_bad_libero_inputs_are_refused_when_the_run_is_created(
     assert result.returncode == 2, result.stdout + result.stderr
     assert re.search(message, result.stderr), result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "r").exists()
+
+
+def test_the_do_nothing_floor_is_accepted_for_libero(tmp_path: Path) -> None:
+    """`hold` acts in whichever convention the sim applies (issue 63: it was refused here)."""
+    result = _new_run(tmp_path, f"libero {TASK}", POLICY="hold")
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_the_oracle_refuses_an_observation_without_privileged_state() -> None:
