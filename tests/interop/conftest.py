@@ -99,7 +99,7 @@ action_dim: 10
 proprio: observation/state
 instruction: prompt
 action: actions
-expect: {policy: hold, action_dim: 10}
+expect: {policy: hold}  # hold fits any action size: it announces none
 """
 
 
