@@ -74,7 +74,9 @@ def encode_obs(obs: dict[str, Any]) -> dict[str, Any]:
             "metaworld_oracle: the observation has no privileged_state; run MetaWorld with "
             "BENCH_PARAMS='{privileged_state: true}'"
         )
-    state = np.asarray(privileged["state"], np.float64)
+    # a copy: the wire's arrays are read-only, and some scripted policies (door-open-v3) write into
+    # the views their `_parse_obs` takes of the state
+    state = np.array(privileged["state"], np.float64)
     if state.shape != (STATE_DIM,):
         raise ValueError(
             f"metaworld_oracle: privileged_state.state must be {STATE_DIM} numbers, not {state.shape}"

@@ -101,6 +101,10 @@ def test_the_oracle_reads_mujoco_free_scripted_policies_and_refuses_without_priv
         **oracle.encode_obs({"privileged_state": {"state": state, "task": "reach-v3"}})
     )
     assert chunk.shape == (1, 2, 4) and chunk.dtype == np.float32 and chunk[0, 0, 1] < 0
+    state.flags.writeable = False  # as the wire delivers it; door-open-v3's policy writes into its views
+    model.generate_actions(
+        **oracle.encode_obs({"privileged_state": {"state": state, "task": "door-open-v3"}})
+    )
 
 
 def _new_run(tmp_path: Path, queue_line: str, **knobs: str) -> subprocess.CompletedProcess:
