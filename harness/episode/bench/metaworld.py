@@ -33,8 +33,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
-import yaml
 
+from harness.config.knobtypes import parse_mapping
 from harness.config.settings import Settings
 from harness.config.simstack import installed_version, sim_stack, stack_text
 from harness.episode.bench import ExpertResult
@@ -65,12 +65,7 @@ class MetaWorldParams:
 
     @classmethod
     def parse(cls, text: str) -> MetaWorldParams:
-        try:
-            raw = yaml.safe_load(text) if text.strip() else {}
-        except yaml.YAMLError as exc:
-            raise ValueError(f"BENCH_PARAMS={text!r}: not YAML/JSON: {exc}") from None
-        if not isinstance(raw, dict):
-            raise ValueError(f"BENCH_PARAMS={text!r}: expected a mapping, e.g. {{image_size: 224}}")
+        raw = parse_mapping("BENCH_PARAMS", text)
         known = [f.name for f in fields(cls)]
         unknown = sorted(set(raw) - set(known))
         if unknown:
