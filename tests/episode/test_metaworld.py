@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -57,18 +58,40 @@ def test_the_oracle_solves_mt10_tasks_through_the_real_worker(tmp_path: Path) ->
     assert "privileged_state: true" in run.manifest.read_text()  # the oracle's input is in the contract
 
 
+FRAME_CHECK = """
+import os
+from harness.config.settings import Settings
+from harness.episode.bench import load_benchmark
+bench = load_benchmark("metaworld", Settings.from_env(os.environ))
+frame = bench.make_episode("push-v3", "MT10", 7).observe()["images"]["corner2"]
+print(frame.shape, frame.dtype, bool(frame.any()))
+bench.close_env()
+"""
+
+
+@pytest.mark.sim
+def test_an_episode_renders_its_camera_in_a_fresh_process() -> None:
+    """In its own process, as in a sim server: MuJoCo binds its GL backend at its first import, which
+    in a long pytest process another test may have made first."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), BENCH_CONFIG="MT10", BENCH_PARAMS="{image_size: 32}")
+    env.pop("ACTION_CONVENTION", None)
+    result = subprocess.run(
+        [sys.executable, "-c", FRAME_CHECK], env=env, capture_output=True, text=True, timeout=300, cwd=REPO
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-1] == "(32, 32, 3) uint8 True"
+
+
 @pytest.mark.sim
 def test_an_episode_is_its_task_and_seed_and_refuses_bad_actions(monkeypatch: pytest.MonkeyPatch) -> None:
-    bench = _bench(monkeypatch, "{image_size: 32}")
+    bench = _bench(monkeypatch, "{cameras: []}")  # no GL here: see the test above
     try:
         assert bench.version == "metaworld==3.0.0 mujoco==3.3.2" and len(bench.tasks()) == 10
         episode = bench.make_episode("push-v3", "MT10", 7)
         assert episode.instruction == "push" and episode.step_limit == 500 and episode.action_dim == 4
-        assert episode.spec["action"] == "metaworld" and episode.spec["cameras"] == ["corner2"]
+        assert episode.spec["action"] == "metaworld" and episode.spec["cameras"] == []
         obs = episode.observe()
-        assert "privileged_state" not in obs  # off unless BENCH_PARAMS asks for it
-        frame = obs["images"]["corner2"]
-        assert frame.shape == (32, 32, 3) and frame.dtype == np.uint8 and frame.any()
+        assert "privileged_state" not in obs and obs["images"] == {}  # off unless BENCH_PARAMS asks
         assert obs["proprio"].shape == (4,) and obs["state"] == {}
         with pytest.raises(ValueError, match=r"action must be 4 finite numbers"):
             episode.apply(np.full(4, np.nan))
