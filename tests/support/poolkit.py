@@ -15,6 +15,7 @@ from harness.config.create import create_run
 from harness.config.rundir import RunDir
 from harness.config.settings import Settings
 from harness.episode.records import read_tree
+from harness.episode.serverdial import probe
 from harness.queue import owner, reaper
 from harness.queue.listing import scan
 from harness.runqueue import queue_states
@@ -45,8 +46,8 @@ def pool_env(run: RunDir, create: bool = True, **extra: str) -> dict[str, str]:
         CPU_WORKERS="1", SIMS_PER_WORKER="1",
     )  # fmt: skip
     env.update(extra)
-    if create:
-        create_run(run.root, run.queue, env)
+    if create:  # an external POLICY_SERVER is dialled for its contract section, as new_run dials it
+        create_run(run.root, run.queue, env, probe=probe(Settings.from_env(env)))
     return env
 
 
