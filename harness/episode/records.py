@@ -104,6 +104,8 @@ FIELD_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "sim_version": _text_or_null, "contract": _text_or_null, "video": _text_or_null,
     "finished_at": _name,
     "collision": _text_or_null,  # optional: "<link> ~ <object> impulse=<x>" of the first collision
+    # optional (older records lack them): the episode's policy round trips, their p50/p95 in ms
+    "infer_calls": _count, "infer_p50_ms": _seconds, "infer_p95_ms": _seconds,
 }  # fmt: skip
 
 

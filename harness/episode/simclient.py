@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,26 @@ class WorkerStopped(Exception):
 class Timing:
     sim_s: float = 0.0  # building the episode, observing, stepping
     model_s: float = 0.0  # infer round trips (policy compute + wire)
+    infer_ms: list[float] = field(default_factory=list)  # each infer round trip's time, in order
+
+    def latency(self) -> dict[str, Any]:
+        """The record's latency fields: the policy round trips' count and their p50/p95 (ms,
+        `latency_ms`); null percentiles when the episode made none."""
+        return {
+            "infer_calls": len(self.infer_ms),
+            "infer_p50_ms": latency_ms(self.infer_ms, 50),
+            "infer_p95_ms": latency_ms(self.infer_ms, 95),
+        }
+
+
+def latency_ms(times_ms: list[float], q: float) -> float | None:
+    """The q-th percentile of `times_ms` by the nearest-rank method (an observed round trip, never an
+    interpolation between two), rounded to 0.01 ms; None for no round trips."""
+    if not times_ms:
+        return None
+    ordered = sorted(times_ms)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return round(ordered[rank - 1], 2)
 
 
 class SimClient:
@@ -138,6 +159,7 @@ class SimClient:
             seed, success and error is None, collided, error, steps, timing, started, video_rel
         )
         record["collision"] = collision
+        record.update(timing.latency())
         if self._worker_stopped():  # its lease may be reaped by now: this worker must commit nothing
             raise WorkerStopped(seed)
         append_record(self._metrics_file(), record)
@@ -166,7 +188,9 @@ class SimClient:
             timing.sim_s += time.monotonic() - t
             t = time.monotonic()
             chunk = self.client.infer(obs, steps)
-            timing.model_s += time.monotonic() - t
+            took = time.monotonic() - t
+            timing.model_s += took
+            timing.infer_ms.append(1000 * took)
             for action in runner.plan(chunk):
                 t = time.monotonic()
                 episode.apply(action)

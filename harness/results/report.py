@@ -93,13 +93,25 @@ def _state_cell(task: TaskResult) -> str:
 
 def _task_table(scene: Group) -> str:
     state = "<th>state</th>" if any(t.verdict for t in scene.tasks) else ""
-    head = f"<tr><th>task</th><th>SR</th><th>HSR</th><th>errored</th>{state}</tr>"
+    head = (
+        f"<tr><th>task</th><th>SR</th><th>HSR</th><th>errored</th>{state}"
+        "<th>round trips</th><th>p50 ms</th><th>p95 ms <span class=ci>(worst episode)</span></th></tr>"
+    )
     body = "".join(
         f"<tr><td>{html.escape(t.task)}</td>{_rate_cell(t.sr)}{_rate_cell(t.hsr)}<td>{t.errored}</td>"
-        f"{_state_cell(t)}</tr>"
+        f"{_state_cell(t)}{_latency_cells(t)}</tr>"
         for t in scene.tasks
     )
     return f"<table class=tasks>{head}{body}</table>"
+
+
+def _latency_cells(task: TaskResult) -> str:
+    lat = task.latency
+    if not lat.episodes:
+        return "<td colspan=3 class=ci>not recorded</td>"
+    p50 = "—" if lat.p50_ms is None else f"{lat.p50_ms:.1f}"
+    p95 = "—" if lat.p95_ms is None else f"{lat.p95_ms:.1f}"
+    return f"<td>{lat.calls}</td><td>{p50}</td><td>{p95}</td>"
 
 
 def _strip(task: TaskResult, videos: dict[EpisodeKey, Path], report_dir: Path) -> str:

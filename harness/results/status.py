@@ -20,6 +20,7 @@ from harness.queue.listing import UnitState
 from harness.queue.units import Unit
 from harness.results import ResultsError
 from harness.results.adaptive import Adaptive, load_adaptive
+from harness.results.aggregate import Latency, latency_of
 from harness.results.cell_decision import DECIDED
 from harness.results.stats import Rate
 
@@ -47,6 +48,7 @@ class Status:
     warnings: list[str] = field(default_factory=list)
     adaptive: Adaptive | None = None  # an adaptive run's cell verdicts
     skipped: int = 0  # planned episodes of units left unclaimed because their cell was decided
+    latency: dict[tuple[str, str], Latency] = field(default_factory=dict)  # (scene, task): round trips
 
     @property
     def counts(self) -> dict[str, int]:
@@ -107,8 +109,19 @@ def collect(run: RunDir, now: float | None = None) -> Status:
     status.sr = Rate(sum(bool(r.get("success")) for r in trials), len(trials), anytime)
     status.hsr = Rate(sum(bool(r.get("hard_success")) for r in trials), len(trials), anytime)
     _throughput(status, [t for r in records if (t := finished_time(r)) is not None], now)
+    status.latency = _latency(records)
     status.recent_errors = _recent_errors(status.units, [r for r in records if not is_trial(r)])
     return status
+
+
+def _latency(records: list[dict[str, Any]]) -> dict[tuple[str, str], Latency]:
+    """Each task's policy round trips so far (tasks none of whose records carry them are left out)."""
+    by_task: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for record in records:
+        scene = str(record.get("scene") or record["task_config"])
+        by_task.setdefault((scene, record["task"]), []).append(record)
+    found = {key: latency_of(rs) for key, rs in sorted(by_task.items())}
+    return {key: lat for key, lat in found.items() if lat.episodes}
 
 
 def _mark_skipped(status: Status, adaptive: Adaptive) -> None:

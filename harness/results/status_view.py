@@ -56,7 +56,21 @@ def render(status: Status) -> Group:
     errors = Text("recent errors:" + ("" if status.recent_errors else " none"), style="bold")
     for line in status.recent_errors:
         errors.append("\n  " + line, style="red")
-    return Group(head, *_cells(status), leases, errors)
+    return Group(head, *_cells(status), *_latency(status), leases, errors)
+
+
+def _latency(status: Status) -> list[Table]:
+    """The policy round trips per task so far (empty while no record carries them)."""
+    if not status.latency:
+        return []
+    table = Table(title="policy round trips per task", title_justify="left", expand=False)
+    for column in ("scene", "task", "episodes", "round trips", "p50 ms", "p95 ms (worst episode)"):
+        table.add_column(column, no_wrap=True)
+    for (scene, task), lat in status.latency.items():
+        p50 = "—" if lat.p50_ms is None else f"{lat.p50_ms:.1f}"
+        p95 = "—" if lat.p95_ms is None else f"{lat.p95_ms:.1f}"
+        table.add_row(scene, task, str(lat.episodes), str(lat.calls), p50, p95)
+    return [table]
 
 
 def _cells(status: Status) -> list[Table]:

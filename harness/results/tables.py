@@ -81,7 +81,27 @@ def scene_text(scene: Group, header: str) -> str:
         [t.task, t.sr.text(), t.hsr.text(), str(t.errored)] + ([_state(t)] if adaptive else [])
         for t in scene.tasks
     ]
-    return f"{header}scene: {scene.name}\n{legend(adaptive)}\n{columns(rows)}\n{_totals(scene, 'scene')}"
+    text = f"{header}scene: {scene.name}\n{legend(adaptive)}\n{columns(rows)}\n{_totals(scene, 'scene')}"
+    return text + latency_text(scene.tasks)
+
+
+def latency_text(tasks: list[TaskResult]) -> str:
+    """The policy round trips per task (empty when no record carries them: records from before
+    they were recorded)."""
+    if not any(t.latency.episodes for t in tasks):
+        return ""
+    rows = [["task", "episodes timed", "round trips", "p50 ms", "p95 ms (worst episode)"]]
+    for t in tasks:
+        lat = t.latency
+        rows.append([
+            t.task, str(lat.episodes), str(lat.calls),
+            "—" if lat.p50_ms is None else f"{lat.p50_ms:.1f}",
+            "—" if lat.p95_ms is None else f"{lat.p95_ms:.1f}",
+        ])  # fmt: skip
+    return (
+        "\npolicy round trips (infer: policy compute + wire) per task; p50 is the median of its episodes'"
+        "\np50s weighted by their round trips, p95 the largest episode p95:\n" + columns(rows)
+    )
 
 
 def total_text(summary: Summary, header: str) -> str:
@@ -121,6 +141,7 @@ def _task_row(t: TaskResult) -> dict[str, Any]:
         "errored": t.errored,
         "sr_mean_over_tasks": None,
         "hsr_mean_over_tasks": None,
+        **t.latency.as_dict(),
         **_verdict_fields(t),
     }
 

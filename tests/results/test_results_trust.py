@@ -1,0 +1,71 @@
+"""Issue 59 in the results tools: round trips per task in results.txt, report.html and status;
+records from before these fields organize as before."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from harness.config.create import create_run
+from harness.config.rundir import RunDir
+from harness.results.aggregate import latency_of
+from harness.results.organize import Options, organize
+from harness.results.status import collect
+from harness.results.status_view import render
+from support.results_fixtures import new_run, record, write_records
+
+NOW = datetime.fromisoformat("2025-01-01T00:01:00+00:00").timestamp()
+
+
+def timed(rec: dict[str, Any], calls: int, p50: float, p95: float) -> dict[str, Any]:
+    return {**rec, "infer_calls": calls, "infer_p50_ms": p50, "infer_p95_ms": p95}
+
+
+def test_latency_of_weights_p50_by_round_trips_and_takes_the_worst_p95() -> None:
+    recs = [
+        timed(record("s", "t", 0, True), 10, 5.0, 9.0),
+        timed(record("s", "t", 1, True), 30, 7.0, 12.0),
+        timed(record("s", "t", 2, False), 1, 50.0, 50.0),
+        record("s", "t", 3, True),  # an old record: left out
+    ]
+    lat = latency_of(recs)
+    assert (lat.episodes, lat.calls, lat.p50_ms, lat.p95_ms) == (3, 41, 7.0, 50.0)
+    assert "41 round trips, p50 7.0 ms, p95 50.0 ms" in lat.text()
+    assert latency_of([record("s", "t", 0, True)]).text() == "round trips not recorded"
+
+
+def test_organize_shows_round_trips_per_task(tmp_path: Path) -> None:
+    run = new_run(tmp_path)
+    write_records(run, [timed(record("table", "pick", s, s < 3), 4, 10.0 + s, 20.0 + s) for s in range(4)])
+    write_records(run, [record("table", "push", s, s < 1) for s in range(2)])  # older records
+    [out] = organize(Options(str(run.root), "m1", tmp_path / "out", "none"), lambda line: None)
+    text = (out / "table" / "results.txt").read_text()
+    block = text[text.index("policy round trips") :]
+    pick = next(line for line in block.splitlines() if line.startswith("pick"))
+    assert pick.split() == ["pick", "4", "16", "11.0", "23.0"]
+    rows = {r["task"]: r for r in json.loads((out / "results.json").read_text())["rows"] if r["task"]}
+    assert (rows["pick"]["infer_calls"], rows["pick"]["infer_p95_ms"]) == (16, 23.0)
+    assert rows["push"]["infer_calls"] is None
+    html = (out / "report.html").read_text()
+    assert "<td>16</td><td>11.0</td><td>23.0</td>" in html and "not recorded" in html
+
+
+def test_status_shows_round_trips_per_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    knobs = {"USE_EVAL_SEEDS": "0", "EVAL_TEST_NUM": "2", "UNIT_SEEDS": "2", "RUNS_ROOT": str(tmp_path)}
+    for name, value in {**knobs, "BENCHMARK": "tests.support.fastbench:FastBench"}.items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "queue.txt").write_text("table pick_cube\n")
+    create_run(tmp_path / "run1", tmp_path / "queue.txt")
+    run = RunDir(tmp_path / "run1")
+    write_records(run, [timed(record("table", "pick_cube", s, True), 5, 3.0, 8.5) for s in range(2)])
+    status = collect(run, now=NOW)
+    assert status.latency[("table", "pick_cube")].calls == 10
+    console = Console(record=True, width=160)
+    console.print(render(status))
+    text = console.export_text()
+    assert "policy round trips per task" in text and "8.5" in text
