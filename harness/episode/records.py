@@ -92,6 +92,11 @@ def _seconds(value: Any) -> str | None:
     return None if value is None or (number and value >= 0) else "expected a finite number >= 0 or null"
 
 
+def _fingerprint(value: Any) -> str | None:
+    hex16 = isinstance(value, str) and len(value) == 16 and all(c in "0123456789abcdef" for c in value)
+    return None if value is None or hex16 else "expected null or 16 hex digits (a fingerprint id)"
+
+
 def _text_or_null(value: Any) -> str | None:
     return None if value is None or isinstance(value, str) else "expected a string or null"
 
@@ -106,6 +111,8 @@ FIELD_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "collision": _text_or_null,  # optional: "<link> ~ <object> impulse=<x>" of the first collision
     # optional (older records lack them): the episode's policy round trips, their p50/p95 in ms
     "infer_calls": _count, "infer_p50_ms": _seconds, "infer_p95_ms": _seconds,
+    # optional: the id of the node's fingerprint, <run>/fingerprints/<id>.json (harness.episode.nodeprint)
+    "fingerprint": _fingerprint,
 }  # fmt: skip
 
 

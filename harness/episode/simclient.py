@@ -26,6 +26,7 @@ from harness.config.rundir import RunDir, task_config_name
 from harness.config.settings import Settings
 from harness.episode.actions import ChunkRunner
 from harness.episode.bench import Benchmark, Episode
+from harness.episode.nodeprint import NodePrint
 from harness.episode.records import append_record, now_iso_microseconds
 from harness.episode.video import VideoWriter
 from harness.queue.owner import process_stopped
@@ -95,6 +96,7 @@ class SimClient:
         self._progress_at = float("-inf")
         self._seed_started_at = 0.0  # epoch seconds the running seed's episode started (progress file)
         self.worker_stopped = False  # run() ended early: the worker was stopped (its seeds left unrecorded)
+        self.nodeprint = NodePrint()
 
     def run(self, report: Any = print) -> list[dict[str, Any]]:
         records = []
@@ -160,10 +162,20 @@ class SimClient:
         )
         record["collision"] = collision
         record.update(timing.latency())
+        record["fingerprint"] = self._fingerprint()
         if self._worker_stopped():  # its lease may be reaped by now: this worker must commit nothing
             raise WorkerStopped(seed)
         append_record(self._metrics_file(), record)
         return record
+
+    def _fingerprint(self) -> str | None:
+        """This node's fingerprint id (`harness.episode.nodeprint`), stored in the run once; one that
+        cannot be read or stored is null and a warning, never a lost record."""
+        try:
+            return self.nodeprint.id_for(self.job.run_dir, self.server_spec)
+        except Exception as exc:
+            self.notes.append(f"node fingerprint not recorded: {_error_text(exc)}")
+            return None
 
     def _worker_stopped(self) -> bool:
         """Whether the worker that started this client is stopped now. Checked just before a record

@@ -15,6 +15,8 @@ from typing import Any
 
 from harness.config.paths import run_dir
 from harness.config.rundir import RunDir
+from harness.episode import nodeprint
+from harness.episode.nodeprint import UNKNOWN
 from harness.episode.records import RecordSet, line_warnings, read_tree
 from harness.results import ResultsError
 
@@ -87,3 +89,43 @@ def split_by_contract(records: list[dict[str, Any]], allow_split: bool) -> dict[
             "refusing to pool them; pass --split-by-contract to get one result set per contract"
         )
     return groups
+
+
+@dataclass
+class NodeGroup:
+    """The records of one node fingerprint (`harness.episode.nodeprint`); records without one (written
+    before fingerprints) form the one `unknown` group."""
+
+    ident: str
+    doc: dict[str, Any] | None  # the stored fingerprint; None for unknown, or a file that is missing
+    episodes: int = 0
+    hosts: Counter = field(default_factory=Counter)  # host → episodes
+
+    @property
+    def nodes(self) -> str:
+        return ", ".join(f"{host} ({n})" for host, n in sorted(self.hosts.items()))
+
+    def describe(self) -> str:
+        if self.ident == UNKNOWN and self.doc is None:
+            return nodeprint.describe(None)
+        return nodeprint.describe(self.doc) if self.doc else "fingerprint file missing from the run dir"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.ident, "episodes": self.episodes, "hosts": dict(sorted(self.hosts.items())),
+                "describe": self.describe()}  # fmt: skip
+
+
+def fingerprint_of(record: dict[str, Any]) -> str:
+    return str(record.get("fingerprint") or UNKNOWN)
+
+
+def node_groups(run: RunDir, records: list[dict[str, Any]]) -> list[NodeGroup]:
+    """The run's records grouped by node fingerprint, largest first."""
+    stored = nodeprint.read_all(run.root)
+    groups: dict[str, NodeGroup] = {}
+    for record in records:
+        ident = fingerprint_of(record)
+        group = groups.setdefault(ident, NodeGroup(ident, stored.get(ident)))
+        group.episodes += 1
+        group.hosts[str(record.get("host") or "?")] += 1
+    return sorted(groups.values(), key=lambda g: (-g.episodes, g.ident))

@@ -19,9 +19,9 @@ from harness.results import ResultsError
 from harness.results.adaptive import load_adaptive
 from harness.results.aggregate import Summary, summarize
 from harness.results.chart import write_chart
-from harness.results.load import LoadedRun, episode_key, load_run, resolve_run, split_by_contract
+from harness.results.load import LoadedRun, episode_key, load_run, node_groups, resolve_run, split_by_contract
 from harness.results.report import render
-from harness.results.tables import scene_text, to_csv, to_json, total_text
+from harness.results.tables import groups_text, scene_text, to_csv, to_json, total_text
 from harness.results.videos import build_tree
 
 CHART_NAME = "report_chart.png"
@@ -100,12 +100,13 @@ def _write(
         "policies": sorted({str(r.get("policy")) for r in records}),
         "ckpts": sorted({str(r.get("ckpt")) for r in records}),
         "warnings": warnings,
+        "node_groups": [g.as_dict() for g in node_groups(loaded.run, records)],
     }
     header = f"model: {options.model}\nrun: {loaded.run.root}\ncontract: {summary.contract}\n"
     for scene in summary.scenes:
         (out / path_part(scene.name)).mkdir(parents=True, exist_ok=True)
         (out / path_part(scene.name) / "results.txt").write_text(scene_text(scene, header))
-    (out / "results.txt").write_text(total_text(summary, header))
+    (out / "results.txt").write_text(total_text(summary, header) + groups_text(meta["node_groups"]))
     (out / "results.csv").write_text(to_csv(summary))
     (out / "results.json").write_text(to_json(summary, meta))
     write_chart(summary, out / CHART_NAME)

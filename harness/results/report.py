@@ -131,6 +131,20 @@ def _strip(task: TaskResult, videos: dict[EpisodeKey, Path], report_dir: Path) -
     return f"<div class=strip>{''.join(tiles)}</div>"
 
 
+def _groups(groups: list[dict[str, Any]]) -> str:
+    """The node fingerprint groups: which nodes simulated these episodes, and on what."""
+    if not groups:
+        return ""
+    head = "<tr><th>fingerprint</th><th>episodes</th><th>nodes (episodes)</th><th>what it is</th></tr>"
+    body = "".join(
+        f"<tr><td>{html.escape(g['id'])}</td><td>{g['episodes']}</td>"
+        f"<td>{html.escape(', '.join(f'{h} ({n})' for h, n in g['hosts'].items()))}</td>"
+        f"<td>{html.escape(g['describe'])}</td></tr>"
+        for g in groups
+    )
+    return f"<h2>Node fingerprints</h2><table id=nodes>{head}{body}</table>"
+
+
 def _adaptive_note(summary: Summary) -> str:
     """An adaptive run's cell states and episodes saved (empty for a fixed run)."""
     if summary.adaptive is None:
@@ -171,6 +185,7 @@ def render(
         _scene_table(summary.scenes, total),
         f'<h2>SR and HSR per task</h2><img id=chart alt="SR and HSR per task" src="{html.escape(chart)}">',
     ]
+    parts.append(_groups(meta.get("node_groups") or []))
     for scene in summary.scenes:
         parts += [f"<h2>Scene {html.escape(scene.name)}</h2>", _task_table(scene)]
         parts.append(f"<div class=legend>{legend}</div>")

@@ -22,6 +22,7 @@ from harness.results import ResultsError
 from harness.results.adaptive import Adaptive, load_adaptive
 from harness.results.aggregate import Latency, latency_of
 from harness.results.cell_decision import DECIDED
+from harness.results.load import NodeGroup, node_groups
 from harness.results.stats import Rate
 
 THROUGHPUT_WINDOW_S = 600.0
@@ -49,6 +50,7 @@ class Status:
     adaptive: Adaptive | None = None  # an adaptive run's cell verdicts
     skipped: int = 0  # planned episodes of units left unclaimed because their cell was decided
     latency: dict[tuple[str, str], Latency] = field(default_factory=dict)  # (scene, task): round trips
+    node_groups: list[NodeGroup] = field(default_factory=list)  # the records' node fingerprints
 
     @property
     def counts(self) -> dict[str, int]:
@@ -110,6 +112,7 @@ def collect(run: RunDir, now: float | None = None) -> Status:
     status.hsr = Rate(sum(bool(r.get("hard_success")) for r in trials), len(trials), anytime)
     _throughput(status, [t for r in records if (t := finished_time(r)) is not None], now)
     status.latency = _latency(records)
+    status.node_groups = node_groups(run, records)
     status.recent_errors = _recent_errors(status.units, [r for r in records if not is_trial(r)])
     return status
 

@@ -56,7 +56,7 @@ def render(status: Status) -> Group:
     errors = Text("recent errors:" + ("" if status.recent_errors else " none"), style="bold")
     for line in status.recent_errors:
         errors.append("\n  " + line, style="red")
-    return Group(head, *_cells(status), *_latency(status), leases, errors)
+    return Group(head, *_cells(status), *_latency(status), *_nodes(status), leases, errors)
 
 
 def _latency(status: Status) -> list[Table]:
@@ -86,4 +86,17 @@ def _cells(status: Status) -> list[Table]:
         table.add_row(
             scene, task, Text(v.text, style=style), f"{v.ran}/{v.planned}", str(v.after), str(v.saved)
         )
+    return [table]
+
+
+def _nodes(status: Status) -> list[Table]:
+    """The records' node fingerprints: which nodes simulated them, and on what."""
+    if not status.node_groups:
+        return []
+    table = Table(title="node fingerprints", title_justify="left", expand=False)
+    for column in ("fingerprint", "episodes", "nodes (episodes)"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("what it is")
+    for group in status.node_groups:
+        table.add_row(group.ident, str(group.episodes), group.nodes, group.describe())
     return [table]

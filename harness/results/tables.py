@@ -124,6 +124,18 @@ def total_text(summary: Summary, header: str) -> str:
     return f"{header}{legend(summary.adaptive is not None)}\n{columns(rows)}\n{totals}{adaptive}"
 
 
+def groups_text(groups: list[dict[str, Any]]) -> str:
+    """The node fingerprint groups of the records (`harness.results.load.NodeGroup.as_dict`)."""
+    if not groups:
+        return ""
+    rows = [["fingerprint", "episodes", "nodes (episodes)", "what it is"]]
+    rows += [
+        [g["id"], str(g["episodes"]), ", ".join(f"{h} ({n})" for h, n in g["hosts"].items()), g["describe"]]
+        for g in groups
+    ]
+    return "\nnode fingerprints (<run>/fingerprints/<id>.json holds each in full):\n" + columns(rows)
+
+
 def _rate_fields(prefix: str, rate: Rate) -> dict[str, Any]:
     d = rate.as_dict()
     return {f"{prefix}": d["rate"], f"{prefix}_lo": d["lo"], f"{prefix}_hi": d["hi"], f"{prefix}_k": d["k"]}

@@ -3,6 +3,7 @@ episode whose success holds before the policy's first action is recorded as not 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -100,3 +101,48 @@ def test_old_records_without_latency_still_check_and_bad_values_do_not() -> None
     with pytest.raises(RecordError, match="infer_p95_ms"):
         check_record({**old, "infer_calls": 3, "infer_p50_ms": 1.0, "infer_p95_ms": -2.0})
     assert is_trial(old)
+
+
+def test_each_record_names_the_node_fingerprint_stored_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.episode import nodeprint
+
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_never_in_a_fingerprint")
+    recs, _ = _run(tmp_path, monkeypatch, {0: 3, 1: None, 2: 1})
+    ids = {r["fingerprint"] for r in recs}
+    assert len(ids) == 1 and nodeprint.is_id(next(iter(ids)))
+    [path] = list((tmp_path / "run" / "fingerprints").iterdir())  # one file, no temporary left
+    assert path.name == f"{next(iter(ids))}.json"
+    text = path.read_text()
+    doc = json.loads(text)
+    assert nodeprint.fingerprint_id(doc) == path.stem  # content-addressed
+    assert doc["sim_side"]["cpu"]["model"] and doc["sim_side"]["os"]["kernel"]
+    assert doc["sim_side"]["numpy"]["version"] == np.__version__
+    assert "numpy" in doc["sim_side"]["sim"] and doc["model_side"] is None  # this policy sent no stack
+    assert "hf_secret" not in text and "HF_TOKEN" not in text
+
+
+def test_store_is_content_addressed_and_idempotent(tmp_path: Path) -> None:
+    from harness.episode import nodeprint
+
+    doc = {"sim_side": {"cpu": {"model": "X"}}, "model_side": {"gpus": ["H100"]}}
+    ident = nodeprint.store(tmp_path, doc)
+    assert nodeprint.store(tmp_path, dict(reversed(doc.items()))) == ident  # key order does not matter
+    other = nodeprint.store(tmp_path, {**doc, "model_side": {"gpus": ["A100"]}})
+    assert other != ident
+    assert sorted(p.name for p in (tmp_path / "fingerprints").iterdir()) == sorted(
+        [f"{ident}.json", f"{other}.json"]
+    )
+    assert nodeprint.read_all(tmp_path)[ident] == doc
+    assert "H100" in nodeprint.describe(doc) and "before fingerprints" in nodeprint.describe(None)
+
+
+def test_model_stack_names_torch_only_when_loaded() -> None:
+    import sys
+
+    from harness.model.policyload import model_stack
+
+    stack = model_stack()
+    assert stack["numpy"] == np.__version__ and isinstance(stack["gpus"], list)
+    assert ("torch" in stack) == ("torch" in sys.modules)

@@ -69,3 +69,22 @@ def test_status_shows_round_trips_per_task(tmp_path: Path, monkeypatch: pytest.M
     console.print(render(status))
     text = console.export_text()
     assert "policy round trips per task" in text and "8.5" in text
+    assert "node fingerprints" in text and "unknown" in text
+
+
+def test_fingerprint_groups_with_old_records_as_one_unknown_group(tmp_path: Path) -> None:
+    from harness.episode import nodeprint
+
+    run = new_run(tmp_path)
+    ident = nodeprint.store(run.root, {"sim_side": {"cpu": {"model": "EPYC 9654"}}, "model_side": None})
+    new = [{**record("table", "pick", s, True), "fingerprint": ident, "host": "n1"} for s in range(3)]
+    write_records(run, new + [record("table", "pick", s, False) for s in range(3, 5)])
+    [out] = organize(Options(str(run.root), "m1", tmp_path / "out", "none"), lambda line: None)
+    groups = json.loads((out / "results.json").read_text())["node_groups"]
+    assert [(g["id"], g["episodes"], g["hosts"]) for g in groups] == [
+        (ident, 3, {"n1": 3}),
+        ("unknown", 2, {"node1": 2}),
+    ]
+    text = (out / "results.txt").read_text()
+    assert "node fingerprints" in text and "EPYC 9654" in text and "records from before fingerprints" in text
+    assert "EPYC 9654" in (out / "report.html").read_text()
