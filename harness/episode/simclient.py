@@ -3,12 +3,15 @@
 Per seed: build a fresh episode, reset the policy, then query → execute the chunk (EXEC_ACTIONS,
 ACTION_SMOOTH/SMOOTH_ROT, FAKE_PROPRIO via harness.episode.actions.ChunkRunner) → repeat, until the task's
 success predicate holds after an executed action (any step: the episode stops there) or the task's
-step limit is reached. One record per seed goes to this writer's own metrics file (none once the
-worker that started the client is stopped: its lease may be reaped). An exception in the simulator,
-or an error the policy server answers with, becomes an `error` record for that seed (not a trial)
-and the next seed runs; only a lost connection to the server stops the unit. A video that cannot be
-written never changes a record: it is recorded as `video: null` and a warning line says why
-(harness.episode.video).
+step limit is reached. An episode whose success already holds before the policy's first action is
+no trial of the policy: it is recorded with `invalid` naming why (counted apart, never run again).
+One record per seed goes to this writer's own metrics file (none once the worker that started the
+client is stopped: its lease may be reaped). An exception in the simulator, or an error the policy
+server answers with, becomes an `error` record for that seed (not a trial) and the next seed runs;
+only a lost connection to the server stops the unit. A video that cannot be written never changes a
+record: it is recorded as `video: null` and a warning line says why (harness.episode.video). Each
+record carries its policy round trips (count, p50/p95 ms) and its node's fingerprint id
+(harness.episode.nodeprint).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from harness.wire.client import PolicyClient
 from harness.wire.errors import PeerClosed, WireError
 
 ERROR_TEXT_MAX = 300
+SUCCESS_AT_RESET = "success holds before the policy's first action (not a trial)"
 PROGRESS_EVERY_S = 0.5  # a step's progress write is skipped within this long of the last (a new seed never)
 
 
@@ -118,7 +122,7 @@ class SimClient:
             for note in self.notes:
                 report(f"{self.job.task} {self.task_config} seed {seed}: warning: {note}")
             self.notes.clear()
-            verdict = record["error"] or ("success" if record["success"] else "fail")
+            verdict = record["error"] or record.get("invalid") or ("success" if record["success"] else "fail")
             took = f"{record['steps']} steps, {record['wall_s']:.1f} s"
             report(f"{self.job.task} {self.task_config} seed {seed}: {verdict} ({took})")
         return records
@@ -138,9 +142,15 @@ class SimClient:
             fallback = {"benchmark": self.settings.benchmark, "task": self.job.task}
             self.server_spec = self.client.hello(dict(episode.spec) if episode is not None else fallback)
         video = VideoWriter(self._video_path(seed)) if self.record_video and episode is not None else None
+        invalid = None
         if episode is not None:
             try:
-                steps, success = self._episode(episode, seed, timing, video)
+                if episode.success():  # nothing for the policy to do: no trial of it (issue 59)
+                    invalid = SUCCESS_AT_RESET
+                    if video is not None:
+                        video.capture(episode.video_frame)  # the scene as it was found
+                else:
+                    steps, success = self._episode(episode, seed, timing, video)
                 collided = episode.collided()
                 collision = getattr(episode, "collision_detail", lambda: None)()
             except (PeerClosed, ConnectionError, TimeoutError):
@@ -161,6 +171,7 @@ class SimClient:
             seed, success and error is None, collided, error, steps, timing, started, video_rel
         )
         record["collision"] = collision
+        record["invalid"] = invalid if error is None else None
         record.update(timing.latency())
         record["fingerprint"] = self._fingerprint()
         if self._worker_stopped():  # its lease may be reaped by now: this worker must commit nothing

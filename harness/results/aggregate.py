@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.episode.records import is_trial
+from harness.episode.records import is_invalid, is_trial
 from harness.results import ResultsError
 from harness.results.adaptive import Adaptive
 from harness.results.cell_decision import CellVerdict
@@ -81,7 +81,12 @@ class TaskResult:
 
     @property
     def errored(self) -> int:
-        return len(self.episodes) - len(self.trials)
+        return sum(1 for r in self.episodes if r.get("error") is not None)
+
+    @property
+    def invalid(self) -> int:
+        """Episodes whose success held before the policy acted: not trials, counted apart."""
+        return sum(1 for r in self.episodes if is_invalid(r))
 
     @property
     def sr(self) -> Rate:
@@ -110,6 +115,10 @@ class Group:
     @property
     def errored(self) -> int:
         return sum(t.errored for t in self.tasks)
+
+    @property
+    def invalid(self) -> int:
+        return sum(t.invalid for t in self.tasks)
 
     @property
     def pooled_sr(self) -> Rate:

@@ -12,7 +12,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from harness.episode.records import is_trial
+from harness.episode.records import is_invalid, is_trial
 from harness.results.aggregate import Group, Summary, TaskResult
 from harness.results.load import EpisodeKey, episode_key
 from harness.results.stats import Rate
@@ -28,20 +28,23 @@ tr.total td{font-weight:600;background:#f7f7f7}
 .ci{color:#666;font-size:12px} .strip{display:flex;flex-wrap:wrap;gap:4px;margin-bottom:8px}
 .ep{display:inline-block;min-width:44px;padding:3px 6px;border-radius:4px;color:#fff;text-align:center;
 font-size:12px;text-decoration:none} .fail{background:#c62828} .soft{background:#ef8f00}
-.hard{background:#2e7d32} .err{background:#757575} span.ep{opacity:.75}
+.hard{background:#2e7d32} .err{background:#757575} .inv{background:#6a1b9a} span.ep{opacity:.75}
 .legend .ep{margin-right:6px}
 """
 
-OUTCOME_ORDER = {"fail": 0, "err": 1, "soft": 2, "hard": 3}
+OUTCOME_ORDER = {"fail": 0, "err": 1, "inv": 2, "soft": 3, "hard": 4}
 OUTCOME_TEXT = {
     "fail": "failed",
     "err": "errored (not a trial)",
+    "inv": "invalid: success before the policy acted (not a trial)",
     "soft": "success with collision",
     "hard": "hard success",
 }
 
 
 def outcome(record: dict[str, Any]) -> str:
+    if is_invalid(record):
+        return "inv"
     if not is_trial(record):
         return "err"
     if not record.get("success"):
@@ -180,7 +183,9 @@ def render(
         f"HSR {_mean(total.mean_hsr, total.mean_hsr_interval)} "
         f"<span class=ci>({html.escape(mean_note(summary.adaptive is not None))})</span>."
         "<br><b>Total, pooled over episodes</b>: "
-        f"SR {_rate(total.pooled_sr)}, HSR {_rate(total.pooled_hsr)}; errored: {total.errored}.</p>",
+        f"SR {_rate(total.pooled_sr)}, HSR {_rate(total.pooled_hsr)}; errored: {total.errored}"
+        + (f"; invalid (success before the policy acted): {total.invalid}" if total.invalid else "")
+        + ".</p>",
         "<h2>Scenes</h2>",
         _scene_table(summary.scenes, total),
         f'<h2>SR and HSR per task</h2><img id=chart alt="SR and HSR per task" src="{html.escape(chart)}">',

@@ -15,7 +15,7 @@ from typing import Any
 
 from harness.config.plan import queue_states, run_units
 from harness.config.rundir import RunDir
-from harness.episode.records import is_trial, read_tree
+from harness.episode.records import is_invalid, is_trial, read_tree
 from harness.queue.listing import UnitState
 from harness.queue.units import Unit
 from harness.results import ResultsError
@@ -41,6 +41,7 @@ class Status:
     planned: int = 0  # episodes planned
     done: int = 0  # planned episodes whose latest record is a trial
     errored: int = 0  # planned episodes whose latest record errored (they will be re-run)
+    invalid: int = 0  # planned episodes whose success held before the policy acted (not trials, not re-run)
     sr: Rate = field(default_factory=lambda: Rate(0, 0))
     hsr: Rate = field(default_factory=lambda: Rate(0, 0))
     per_hour: float | None = None  # episodes finished per hour, over the last THROUGHPUT_WINDOW_S
@@ -99,7 +100,8 @@ def collect(run: RunDir, now: float | None = None) -> Status:
     status.planned = len(planned)
     records = [r for r in planned if r is not None]
     trials = [r for r in records if is_trial(r)]
-    status.done, status.errored = len(trials), len(records) - len(trials)
+    status.invalid = sum(1 for r in records if is_invalid(r))
+    status.done, status.errored = len(trials), len(records) - len(trials) - status.invalid
     try:
         status.adaptive = load_adaptive(run, found.records)
     except ValueError as exc:  # a bad manifest or seed bank: planned_units above names it first
@@ -113,7 +115,8 @@ def collect(run: RunDir, now: float | None = None) -> Status:
     _throughput(status, [t for r in records if (t := finished_time(r)) is not None], now)
     status.latency = _latency(records)
     status.node_groups = node_groups(run, records)
-    status.recent_errors = _recent_errors(status.units, [r for r in records if not is_trial(r)])
+    errored = [r for r in records if not is_trial(r) and not is_invalid(r)]
+    status.recent_errors = _recent_errors(status.units, errored)
     return status
 
 
@@ -144,7 +147,7 @@ def _throughput(status: Status, times: list[float], now: float) -> None:
     window = min(THROUGHPUT_WINDOW_S, max(now - min(times), 1.0))
     recent = sum(1 for t in times if t >= now - window)
     status.per_hour = 3600.0 * recent / window
-    remaining = status.planned - status.done - status.skipped
+    remaining = status.planned - status.done - status.skipped - status.invalid
     if status.per_hour > 0:
         status.eta_s = 3600.0 * remaining / status.per_hour
 

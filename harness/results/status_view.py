@@ -31,7 +31,9 @@ def render(status: Status) -> Group:
     )
     pct = f" ({100 * status.done / status.planned:.0f}%)" if status.planned else ""
     head.append(
-        f"episodes: {status.done} of {status.planned} done{pct}, {status.errored} errored (to re-run)\n"
+        f"episodes: {status.done} of {status.planned} done{pct}, {status.errored} errored (to re-run)"
+        + (f", {status.invalid} invalid (success before the policy acted)" if status.invalid else "")
+        + "\n"
     )
     head.append(
         f"success so far: SR {status.sr.text().strip()}   HSR {status.hsr.text().strip()}"

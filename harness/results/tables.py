@@ -13,6 +13,7 @@ import io
 import json
 from typing import Any
 
+from harness.episode.records import is_invalid
 from harness.results.aggregate import Group, Summary, TaskResult
 from harness.results.stats import MEAN_INTERVAL, Rate
 
@@ -70,6 +71,11 @@ def _totals(group: Group, label: str) -> str:
         f"{label} pooled over episodes (each episode weighted equally): "
         f"SR {group.pooled_sr.text()}  HSR {group.pooled_hsr.text()}\n"
         f"{label} errored episodes (not trials): {group.errored}\n"
+        + (
+            f"{label} invalid episodes (success held before the policy acted; not trials): {group.invalid}\n"
+            if group.invalid
+            else ""
+        )
     )
 
 
@@ -82,7 +88,20 @@ def scene_text(scene: Group, header: str) -> str:
         for t in scene.tasks
     ]
     text = f"{header}scene: {scene.name}\n{legend(adaptive)}\n{columns(rows)}\n{_totals(scene, 'scene')}"
-    return text + latency_text(scene.tasks)
+    return text + invalid_text(scene.tasks) + latency_text(scene.tasks)
+
+
+def invalid_text(tasks: list[TaskResult]) -> str:
+    """Each invalid episode by task and seed, with why (empty when there is none)."""
+    lines = [
+        f"  {t.task} seed {int(r['seed'])}: {r['invalid']}"
+        for t in tasks
+        for r in t.episodes
+        if is_invalid(r)
+    ]
+    if not lines:
+        return ""
+    return "\ninvalid episodes (not trials; leave their seeds out of the bank):\n" + "\n".join(lines) + "\n"
 
 
 def latency_text(tasks: list[TaskResult]) -> str:
@@ -151,6 +170,7 @@ def _task_row(t: TaskResult) -> dict[str, Any]:
         **_rate_fields("sr", t.sr),
         **_rate_fields("hsr", t.hsr),
         "errored": t.errored,
+        "invalid": t.invalid,
         "sr_mean_over_tasks": None,
         "hsr_mean_over_tasks": None,
         **t.latency.as_dict(),
@@ -177,6 +197,7 @@ def _group_row(level: str, g: Group, scene: str) -> dict[str, Any]:
         **_rate_fields("sr", g.pooled_sr),
         **_rate_fields("hsr", g.pooled_hsr),
         "errored": g.errored,
+        "invalid": g.invalid,
         "sr_mean_over_tasks": g.mean_sr,
         "hsr_mean_over_tasks": g.mean_hsr,
     }
@@ -224,6 +245,7 @@ def to_json(summary: Summary, meta: dict[str, Any]) -> str:
             },
             "pooled_over_episodes": {"sr": total.pooled_sr.as_dict(), "hsr": total.pooled_hsr.as_dict()},
             "errored": total.errored,
+            "invalid": total.invalid,
         },
         "rows": rows(summary),
     }

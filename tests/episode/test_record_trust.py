@@ -146,3 +146,28 @@ def test_model_stack_names_torch_only_when_loaded() -> None:
     stack = model_stack()
     assert stack["numpy"] == np.__version__ and isinstance(stack["gpus"], list)
     assert ("torch" in stack) == ("torch" in sys.modules)
+
+
+def test_success_before_the_first_action_is_recorded_invalid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.config.rundir import RunDir
+    from harness.episode.records import is_invalid, read_tree
+    from harness.episode.simclient import SUCCESS_AT_RESET
+    from harness.queue.units import Unit
+    from harness.worker.unit_records import finished_seeds
+
+    recs, policy = _run(tmp_path, monkeypatch, {0: 0, 1: 3})
+    by_seed = {r["seed"]: r for r in recs}
+    invalid = by_seed[0]
+    assert invalid["invalid"] == SUCCESS_AT_RESET and invalid["error"] is None
+    assert (invalid["success"], invalid["hard_success"], invalid["steps"]) == (False, False, 0)
+    assert invalid["infer_calls"] == 0 and invalid["infer_p50_ms"] is None
+    assert is_invalid(invalid) and not is_trial(invalid)
+    assert by_seed[1]["invalid"] is None and is_trial(by_seed[1]) and by_seed[1]["success"]
+    assert policy.infers == 2  # the policy never ran on seed 0
+    found = read_tree(RunDir(tmp_path / "run").results)
+    unit = Unit("table", "T", "table_clean", 0, 2, (0, 1))
+    assert finished_seeds(found, unit) == {0, 1}  # an invalid seed is not run again: it would be again
+    with pytest.raises(RecordError, match="invalid is set but success is true"):
+        check_record({**invalid, "success": True})

@@ -88,3 +88,18 @@ def test_fingerprint_groups_with_old_records_as_one_unknown_group(tmp_path: Path
     text = (out / "results.txt").read_text()
     assert "node fingerprints" in text and "EPYC 9654" in text and "records from before fingerprints" in text
     assert "EPYC 9654" in (out / "report.html").read_text()
+
+
+def test_invalid_episodes_are_counted_apart_and_named(tmp_path: Path) -> None:
+    run = new_run(tmp_path)
+    reason = "success holds before the policy's first action (not a trial)"
+    recs = [record("table", "pick", s, s < 2) for s in range(4)]
+    recs.append({**record("table", "pick", 4, False), "invalid": reason})
+    write_records(run, recs)
+    [out] = organize(Options(str(run.root), "m1", tmp_path / "out", "none"), lambda line: None)
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["totals"]["pooled_over_episodes"]["sr"]["n"] == 4  # the invalid one is no trial
+    assert (doc["totals"]["errored"], doc["totals"]["invalid"]) == (0, 1)
+    text = (out / "table" / "results.txt").read_text()
+    assert f"pick seed 4: {reason}" in text and "invalid episodes (success held" in text
+    assert 'class="ep inv"' in (out / "report.html").read_text()
