@@ -160,9 +160,12 @@ def _vulkan_device() -> str:
 
 def _current_gl() -> dict[str, str]:
     """GL_VENDOR/RENDERER/VERSION of the current context, if PyOpenGL is loaded and one is current."""
-    if "OpenGL.GL" not in sys.modules:
+    if "OpenGL" not in sys.modules:  # no PyOpenGL in this process: nothing renders through GL here
         return {}
-    gl = sys.modules["OpenGL.GL"]
+    try:
+        import OpenGL.GL as gl  # the binding MuJoCo's renderer already loaded PyOpenGL for
+    except Exception:
+        return {}
     out = {}
     with contextlib.suppress(Exception):
         for key in ("GL_VENDOR", "GL_RENDERER", "GL_VERSION"):
@@ -178,8 +181,19 @@ def loaded_versions(names: tuple[str, ...] = SIM_MODULES) -> dict[str, str]:
     for name in names:
         module = sys.modules.get(name)
         if module is not None:
-            out[name] = str(getattr(module, "__version__", UNKNOWN))
+            out[name] = str(getattr(module, "__version__", None) or _dist_version(name))
     return out
+
+
+@cache
+def _dist_version(module: str) -> str:
+    """A module without __version__ (LIBERO's): the version of the distribution that installed it."""
+    import importlib.metadata
+
+    with contextlib.suppress(Exception):
+        dists = importlib.metadata.packages_distributions().get(module) or []
+        return " ".join(f"{d}=={importlib.metadata.version(d)}" for d in sorted(set(dists))) or UNKNOWN
+    return UNKNOWN
 
 
 @cache
