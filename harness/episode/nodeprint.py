@@ -222,6 +222,11 @@ def fingerprint_id(doc: dict[str, Any]) -> str:
     return hashlib.sha256(canonical(doc)).hexdigest()[:ID_HEX]
 
 
+def sim_id(doc: dict[str, Any]) -> str:
+    """The id of a fingerprint's sim side alone: what a canary verdict is filed under."""
+    return fingerprint_id(doc.get("sim_side") or {})
+
+
 def build(server_spec: dict[str, Any] | None) -> dict[str, Any]:
     return {"sim_side": sim_facts(), "model_side": model_facts(server_spec)}
 

@@ -19,17 +19,21 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config.rundir import RunDir, task_config_name
+import numpy as np
+
+from harness.config.rundir import Cell, RunDir, task_config_name
 from harness.config.settings import Settings
+from harness.episode import canary
 from harness.episode.actions import ChunkRunner
 from harness.episode.bench import Benchmark, Episode
-from harness.episode.nodeprint import NodePrint
+from harness.episode.nodeprint import NodePrint, fingerprint_id, sim_facts
 from harness.episode.records import append_record, now_iso_microseconds
 from harness.episode.video import VideoWriter
 from harness.queue.owner import process_stopped
@@ -104,6 +108,7 @@ class SimClient:
 
     def run(self, report: Any = print) -> list[dict[str, Any]]:
         records = []
+        self._canary(report)
         for seed in self.job.seeds:
             if self._worker_stopped():
                 report(f"worker pid {self.job.worker_pid} is stopped: ending before seed {seed}")
@@ -178,6 +183,38 @@ class SimClient:
             raise WorkerStopped(seed)
         append_record(self._metrics_file(), record)
         return record
+
+    def _canary(self, report: Any) -> None:
+        """This process's canary of the run, once, before its first episode (`harness.episode.canary`):
+        the run's first unit's first seed, no policy. A canary that cannot run says why and is skipped:
+        the unit runs either way."""
+        key = str(Path(self.job.run_dir).resolve())
+        if key in canary.DONE or not RunDir(self.job.run_dir).manifest.exists():
+            return
+        canary.DONE.add(key)
+        try:
+            from harness.config.paths import bundle_root
+            from harness.config.plan import run_units
+            from harness.config.seedbank import bank_file, resolve_root
+
+            first = run_units(RunDir(self.job.run_dir))[0]
+            seed = first.seeds[0]
+            root = resolve_root(self.settings.seeds_root, str(bundle_root(os.environ)))
+            cell = Cell(first.scene, first.task)
+            traces = bank_file(root, cell, self.bench_config).with_suffix(".traces.npz")
+            banked = self.settings.use_eval_seeds
+            actions = canary.expert_actions(traces, seed) if banked else np.zeros((0, 0), np.float32)
+            episode = self.bench.make_episode(first.task, self.bench_config, seed)
+            try:
+                verdict = canary.run_canary(
+                    self.job.run_dir, episode, actions, first.task, seed, fingerprint_id(sim_facts())
+                )
+            finally:
+                _close_quietly(episode)
+        except Exception as exc:
+            report(f"canary not run: {_error_text(exc)}")
+            return
+        report(verdict.text() + f" ({verdict.seconds:.1f} s)")
 
     def _fingerprint(self) -> str | None:
         """This node's fingerprint id (`harness.episode.nodeprint`), stored in the run once; one that

@@ -176,6 +176,10 @@ class LiberoEpisode:
         """LIBERO's goal check after the last action (its `done`)."""
         return self._done
 
+    def physics_state(self) -> np.ndarray:
+        """MuJoCo's full state (time, qpos, qvel, ...): what a canary hashes (harness.episode.canary)."""
+        return np.asarray(self._env.env.sim.get_state().flatten(), dtype=np.float64)
+
     def collided(self) -> bool:
         return self._contacts.collided
 
