@@ -138,11 +138,14 @@ def _groups(groups: list[dict[str, Any]]) -> str:
     """The node fingerprint groups: which nodes simulated these episodes, and on what."""
     if not groups:
         return ""
-    head = "<tr><th>fingerprint</th><th>episodes</th><th>nodes (episodes)</th><th>what it is</th></tr>"
+    head = (
+        "<tr><th>fingerprint</th><th>episodes</th><th>nodes (episodes)</th><th>canary</th>"
+        "<th>what it is</th></tr>"
+    )
     body = "".join(
         f"<tr><td>{html.escape(g['id'])}</td><td>{g['episodes']}</td>"
         f"<td>{html.escape(', '.join(f'{h} ({n})' for h, n in g['hosts'].items()))}</td>"
-        f"<td>{html.escape(g['describe'])}</td></tr>"
+        f"<td>{html.escape(g['canary'])}</td><td>{html.escape(g['describe'])}</td></tr>"
         for g in groups
     )
     return f"<h2>Node fingerprints</h2><table id=nodes>{head}{body}</table>"

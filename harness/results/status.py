@@ -115,6 +115,11 @@ def collect(run: RunDir, now: float | None = None) -> Status:
     _throughput(status, [t for r in records if (t := finished_time(r)) is not None], now)
     status.latency = _latency(records)
     status.node_groups = node_groups(run, records)
+    status.warnings += [
+        f"node group {g.ident} ({g.nodes}): {g.canary_text()}; organize_results will refuse to pool it"
+        for g in status.node_groups
+        if g.differs
+    ]
     errored = [r for r in records if not is_trial(r) and not is_invalid(r)]
     status.recent_errors = _recent_errors(status.units, errored)
     return status

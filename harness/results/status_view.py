@@ -98,7 +98,9 @@ def _nodes(status: Status) -> list[Table]:
     table = Table(title="node fingerprints", title_justify="left", expand=False)
     for column in ("fingerprint", "episodes", "nodes (episodes)"):
         table.add_column(column, no_wrap=True)
+    table.add_column("canary")
     table.add_column("what it is")
     for group in status.node_groups:
-        table.add_row(group.ident, str(group.episodes), group.nodes, group.describe())
+        canary = Text(group.canary_text(), style="bold red" if group.differs else "")
+        table.add_row(group.ident, str(group.episodes), group.nodes, canary, group.describe())
     return [table]

@@ -147,11 +147,12 @@ def groups_text(groups: list[dict[str, Any]]) -> str:
     """The node fingerprint groups of the records (`harness.results.load.NodeGroup.as_dict`)."""
     if not groups:
         return ""
-    rows = [["fingerprint", "episodes", "nodes (episodes)", "what it is"]]
+    rows = [["fingerprint", "episodes", "nodes (episodes)", "canary", "what it is"]]
     rows += [
-        [g["id"], str(g["episodes"]), ", ".join(f"{h} ({n})" for h, n in g["hosts"].items()), g["describe"]]
+        [g["id"], str(g["episodes"]), ", ".join(f"{h} ({n})" for h, n in g["hosts"].items()), g["canary"],
+         g["describe"]]
         for g in groups
-    ]
+    ]  # fmt: skip
     return "\nnode fingerprints (<run>/fingerprints/<id>.json holds each in full):\n" + columns(rows)
 
 

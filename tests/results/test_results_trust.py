@@ -103,3 +103,64 @@ def test_invalid_episodes_are_counted_apart_and_named(tmp_path: Path) -> None:
     text = (out / "table" / "results.txt").read_text()
     assert f"pick seed 4: {reason}" in text and "invalid episodes (success held" in text
     assert 'class="ep inv"' in (out / "report.html").read_text()
+
+
+def _mixed_run(tmp_path: Path) -> tuple[RunDir, str, str]:
+    """Two node groups; the canary of the second (node n2) differs from the reference (node n1)."""
+    import numpy as np
+
+    from harness.episode import canary, nodeprint
+
+    class Episode:
+        action_dim = 1
+
+        def __init__(self, drift: float) -> None:
+            self.x, self.drift = np.zeros(1), drift
+
+        def physics_state(self) -> np.ndarray:
+            return self.x
+
+        def apply(self, action: np.ndarray) -> None:
+            self.x = self.x + action + self.drift
+
+        def video_frame(self) -> np.ndarray:
+            return np.zeros((4, 4, 3), np.uint8)
+
+    run = new_run(tmp_path)
+    ids = []
+    for host, cpu, drift, seeds in (("n1", "EPYC 9654", 0.0, (0, 1)), ("n2", "Xeon 8480", 1e-6, (2, 3))):
+        doc = {"sim_side": {"cpu": {"model": cpu}}, "model_side": None}
+        ids.append(nodeprint.store(run.root, doc))
+        actions = np.ones((3, 1), np.float32)
+        canary.run_canary(run.root, Episode(drift), actions, "pick", 0, nodeprint.sim_id(doc))
+        tagged = {"fingerprint": ids[-1], "host": host}
+        write_records(run, [{**record("table", "pick", s, s % 2 == 0), **tagged} for s in seeds], writer=host)
+    return run, ids[0], ids[1]
+
+
+def test_organize_refuses_to_pool_groups_whose_canaries_differ(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    run, good, odd = _mixed_run(tmp_path)
+    from harness.results import ResultsError
+
+    with pytest.raises(ResultsError) as refused:
+        organize(Options(str(run.root), "m1", tmp_path / "out", "none"), lambda line: None)
+    text = str(refused.value)
+    assert f"{odd}: 2 episode(s) on n2 (2)" in text and "DIFFERS" in text and "first at step 1" in text
+    assert f"{good}: 2 episode(s) on n1 (2); canary is the reference (" in text and "--allow-mixed" in text
+    repo = Path(__file__).resolve().parents[2]
+    cli = [sys.executable, str(repo / "scripts" / "organize_results.py"), str(run.root), "m1"]
+    done = subprocess.run([*cli, "--out", str(tmp_path / "o2"), "--videos", "none"], capture_output=True,
+                          text=True, cwd=repo, timeout=120)  # fmt: skip
+    assert done.returncode == 2 and "refusing to pool them" in done.stderr and odd in done.stderr
+    logs: list[str] = []
+    written = organize(Options(str(run.root), "m1", tmp_path / "out", "none", allow_mixed=True), logs.append)
+    assert [p.name for p in written] == ["out", f"fingerprint-{good}", f"fingerprint-{odd}"]
+    pooled = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert pooled["totals"]["pooled_over_episodes"]["sr"]["n"] == 4
+    per_group = json.loads((written[2] / "results.json").read_text())
+    assert per_group["totals"]["pooled_over_episodes"]["sr"]["n"] == 2
+    assert any("pooled despite differing canaries" in line for line in logs)
+    assert "DIFFERS" in (tmp_path / "out" / "results.txt").read_text()
