@@ -164,3 +164,17 @@ def test_organize_refuses_to_pool_groups_whose_canaries_differ(tmp_path: Path) -
     assert per_group["totals"]["pooled_over_episodes"]["sr"]["n"] == 2
     assert any("pooled despite differing canaries" in line for line in logs)
     assert "DIFFERS" in (tmp_path / "out" / "results.txt").read_text()
+
+
+def test_compare_runs_refuses_a_run_of_differing_canaries_unless_allowed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    run, _, odd = _mixed_run(tmp_path)
+    repo = Path(__file__).resolve().parents[2]
+    cli = [sys.executable, str(repo / "scripts" / "compare_runs.py"), str(run.root), str(run.root)]
+    refused = subprocess.run(cli, capture_output=True, text=True, cwd=repo, timeout=120)
+    assert refused.returncode == 2 and "refusing to pool them" in refused.stderr and odd in refused.stderr
+    allowed = subprocess.run([*cli, "--allow-mixed"], capture_output=True, text=True, cwd=repo, timeout=120)
+    assert allowed.returncode == 0, allowed.stderr
+    assert f"node group {odd}, 2 episode(s) on n2 (2): canary DIFFERS" in allowed.stderr
