@@ -24,6 +24,9 @@ RECORD_FIELDS = (
     "finished_at",
 )  # fmt: skip
 
+# fields a record may lack (older records do), in FIELD_CHECKS' order
+OPTIONAL_FIELDS = ("collision", "infer_calls", "infer_p50_ms", "infer_p95_ms", "invalid", "fingerprint")
+
 METRICS_GLOB = "_metrics*.jsonl"
 SHOWN_BAD_LINES = 10  # malformed lines named one by one in a warning; the rest are counted
 
