@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.config.failures import run_command
+from harness.process.failures import run_command
 from harness.results import ResultsError
 from harness.results.compare import compare
 from harness.results.compare_render import to_html, to_json, to_text

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.config.failures import run_command
+from harness.process.failures import run_command
 from harness.results.planning import Design, plan, plan_text
 
 

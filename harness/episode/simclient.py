@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.config.rundir import Cell, RunDir, task_config_name
+from harness.config.rundir import RunDir, task_config_name
 from harness.config.settings import Settings
 from harness.episode import canary
 from harness.episode.actions import ChunkRunner
@@ -194,20 +194,19 @@ class SimClient:
         canary.DONE.add(key)
         try:
             from harness.config.paths import bundle_root
-            from harness.config.plan import run_units
+            from harness.config.plan import planned_seeds
             from harness.config.seedbank import bank_file, resolve_root
 
-            first = run_units(RunDir(self.job.run_dir))[0]
-            seed = first.seeds[0]
+            cell, seeds = next(iter(planned_seeds(self.job.run_dir).items()))  # the run's first unit
+            seed = seeds[0]
             root = resolve_root(self.settings.seeds_root, str(bundle_root(os.environ)))
-            cell = Cell(first.scene, first.task)
             traces = bank_file(root, cell, self.bench_config).with_suffix(".traces.npz")
             banked = self.settings.use_eval_seeds
             actions = canary.expert_actions(traces, seed) if banked else np.zeros((0, 0), np.float32)
-            episode = self.bench.make_episode(first.task, self.bench_config, seed)
+            episode = self.bench.make_episode(cell.task, self.bench_config, seed)
             try:
                 verdict = canary.run_canary(
-                    self.job.run_dir, episode, actions, first.task, seed, fingerprint_id(sim_facts())
+                    self.job.run_dir, episode, actions, cell.task, seed, fingerprint_id(sim_facts())
                 )
             finally:
                 _close_quietly(episode)

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 
 from docpages import DOCS, ROOT, first_column, section, tables
 
-from harness.config import contract, plan
+from harness import runqueue
+from harness.config import contract
 from harness.episode import records, simclient, simserver
 from harness.queue.leases import QueueSettings
 from harness.wire import codecs, protocol
@@ -22,7 +23,7 @@ from harness.worker.sim_process import read_progress
 
 CONTRACTS = DOCS / "contracts.md"
 SIM_CLIENT = "Sim client process"
-QUEUE = "Lease queue and worker (`harness.queue`, `harness.config.plan`, `harness.worker.loop`)"
+QUEUE = "Lease queue and worker (`harness.queue`, `harness.runqueue`, `harness.worker.loop`)"
 
 
 def _table(heading: str, index: int = 0) -> list[str]:
@@ -143,7 +144,7 @@ def test_exit_statuses_are_the_code_s() -> None:
 def test_queue_settings_are_the_code_s() -> None:
     rows = _rows(QUEUE, 1)
     assert [field for field, _ in rows] == [f.name for f in dataclasses.fields(QueueSettings)]
-    source = inspect.getsource(plan.queue_settings)
+    source = inspect.getsource(runqueue.queue_settings)
     for field, knob in rows:  # the knob the doc names is the one queue_settings reads for it
         name = re.match(r"[A-Z_]+", knob).group(0)  # read as knobs.get*("NAME") or settings.name
         assert re.search(rf"\b{field}=.*(\"{name}\"|\.{name.lower()}\b)", source), f"{field}: not from {name}"

@@ -4,6 +4,7 @@ records from before these fields organize as before."""
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from rich.console import Console
 
 from harness.config.create import create_run
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.results.aggregate import latency_of
 from harness.results.organize import Options, organize
 from harness.results.status import collect
@@ -63,7 +65,7 @@ def test_status_shows_round_trips_per_task(tmp_path: Path, monkeypatch: pytest.M
     create_run(tmp_path / "run1", tmp_path / "queue.txt")
     run = RunDir(tmp_path / "run1")
     write_records(run, [timed(record("table", "pick_cube", s, True), 5, 3.0, 8.5) for s in range(2)])
-    status = collect(run, now=NOW)
+    status = collect(run, Settings.from_env(os.environ), now=NOW)
     assert status.latency[("table", "pick_cube")].calls == 10
     console = Console(record=True, width=160)
     console.print(render(status))
