@@ -17,7 +17,7 @@ from harness.process.failures import run_command
 from harness.results import ResultsError
 from harness.results.compare import compare
 from harness.results.compare_render import to_html, to_json, to_text
-from harness.results.load import load_run, resolve_run
+from harness.results.load import check_pooling, load_run, resolve_run
 from harness.results.verdicts import ALPHA
 
 
@@ -32,6 +32,12 @@ def main() -> int:
     parser.add_argument(
         "--alpha", type=float, default=ALPHA, help=f"level of the per-task verdicts (default {ALPHA})"
     )
+    parser.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="compare runs whose records come from node fingerprint groups with differing canaries "
+        "(default: refuse, exit 2); each run's groups are listed",
+    )
     args = parser.parse_args()
     if not 0 < args.alpha < 1:
         parser.error(f"--alpha must be in (0, 1), got {args.alpha}")
@@ -43,6 +49,13 @@ def main() -> int:
             loaded.append(load_run(run))
             for warning in loaded[-1].warnings():
                 print(f"warning: {run.name}: {warning}", file=sys.stderr)
+            groups = check_pooling(run, loaded[-1].records, args.allow_mixed)  # refused: exit 2
+            for group in groups if any(g.differs for g in groups) else []:
+                print(
+                    f"warning: {run.name}: pooled despite differing canaries (--allow-mixed): node group "
+                    f"{group.ident}, {group.episodes} episode(s) on {group.nodes}: {group.canary_text()}",
+                    file=sys.stderr,
+                )
         comparison = compare(*loaded, alpha=args.alpha)
     except ResultsError as exc:
         print(f"compare_runs: {exc}", file=sys.stderr)

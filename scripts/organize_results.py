@@ -37,10 +37,18 @@ def main() -> int:
         help="records of several contract hashes: one result set per contract, in "
         "<out>/contract-<hash>/ (default: refuse)",
     )
+    parser.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="pool records of node fingerprint groups whose canaries differ, writing each group's "
+        "results in <out>/fingerprint-<id>/ beside the pooled ones (default: refuse, exit 2)",
+    )
     args = parser.parse_args()
     if args.videos not in VIDEO_MODES:
         parser.error(f"RESULTS_VIDEOS={args.videos!r}: expected one of {', '.join(VIDEO_MODES)}")
-    options = Options(args.run, args.model, args.out, args.videos, args.split_by_contract)
+    options = Options(
+        args.run, args.model, args.out, args.videos, args.split_by_contract, allow_mixed=args.allow_mixed
+    )
     try:
         organize(options, lambda line: print(line, file=sys.stderr, flush=True))
     except ResultsError as exc:

@@ -24,6 +24,9 @@ RECORD_FIELDS = (
     "finished_at",
 )  # fmt: skip
 
+# fields a record may lack (older records do), in FIELD_CHECKS' order
+OPTIONAL_FIELDS = ("collision", "infer_calls", "infer_p50_ms", "infer_p95_ms", "invalid", "fingerprint")
+
 METRICS_GLOB = "_metrics*.jsonl"
 SHOWN_BAD_LINES = 10  # malformed lines named one by one in a warning; the rest are counted
 
@@ -92,6 +95,11 @@ def _seconds(value: Any) -> str | None:
     return None if value is None or (number and value >= 0) else "expected a finite number >= 0 or null"
 
 
+def _fingerprint(value: Any) -> str | None:
+    hex16 = isinstance(value, str) and len(value) == 16 and all(c in "0123456789abcdef" for c in value)
+    return None if value is None or hex16 else "expected null or 16 hex digits (a fingerprint id)"
+
+
 def _text_or_null(value: Any) -> str | None:
     return None if value is None or isinstance(value, str) else "expected a string or null"
 
@@ -104,6 +112,13 @@ FIELD_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "sim_version": _text_or_null, "contract": _text_or_null, "video": _text_or_null,
     "finished_at": _name,
     "collision": _text_or_null,  # optional: "<link> ~ <object> impulse=<x>" of the first collision
+    # optional (older records lack them): the episode's policy round trips, their p50/p95 in ms
+    "infer_calls": _count, "infer_p50_ms": _seconds, "infer_p95_ms": _seconds,
+    # optional: why this episode is not a trial though nothing failed (its success held before the
+    # policy's first action); counted apart, like an errored one, and not run again
+    "invalid": _error,
+    # optional: the id of the node's fingerprint, <run>/fingerprints/<id>.json (harness.episode.nodeprint)
+    "fingerprint": _fingerprint,
 }  # fmt: skip
 
 
@@ -122,6 +137,8 @@ def check_record(record: Any) -> None:
         problems.append("hard_success is true but success is false (a hard success is a success)")
     if not problems and record["error"] is not None and record["success"]:
         problems.append("error is set but success is true (an errored episode is not a success)")
+    if not problems and record.get("invalid") is not None and record["success"]:
+        problems.append("invalid is set but success is true (an invalid episode is not a trial)")
     if problems:
         raise RecordError("; ".join(problems))
 
@@ -139,8 +156,14 @@ def record_key(record: dict[str, Any]) -> RecordKey:
 
 
 def is_trial(record: dict[str, Any]) -> bool:
-    """An errored episode (harness or simulator failure) is not a trial: it is counted apart."""
-    return record.get("error") is None
+    """An errored episode (harness or simulator failure) is not a trial, nor an invalid one (its
+    success held before the policy acted): both are counted apart."""
+    return record.get("error") is None and record.get("invalid") is None
+
+
+def is_invalid(record: dict[str, Any]) -> bool:
+    """An episode that ran but was no test of the policy (`invalid` names why)."""
+    return record.get("error") is None and record.get("invalid") is not None
 
 
 def append_record(path: Path, record: dict[str, Any]) -> None:

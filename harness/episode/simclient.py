@@ -3,28 +3,37 @@
 Per seed: build a fresh episode, reset the policy, then query → execute the chunk (EXEC_ACTIONS,
 ACTION_SMOOTH/SMOOTH_ROT, FAKE_PROPRIO via harness.episode.actions.ChunkRunner) → repeat, until the task's
 success predicate holds after an executed action (any step: the episode stops there) or the task's
-step limit is reached. One record per seed goes to this writer's own metrics file (none once the
-worker that started the client is stopped: its lease may be reaped). An exception in the simulator,
-or an error the policy server answers with, becomes an `error` record for that seed (not a trial)
-and the next seed runs; only a lost connection to the server stops the unit. A video that cannot be
-written never changes a record: it is recorded as `video: null` and a warning line says why
-(harness.episode.video).
+step limit is reached. An episode whose success already holds before the policy's first action is
+no trial of the policy: it is recorded with `invalid` naming why (counted apart, never run again).
+One record per seed goes to this writer's own metrics file (none once the worker that started the
+client is stopped: its lease may be reaped). An exception in the simulator, or an error the policy
+server answers with, becomes an `error` record for that seed (not a trial) and the next seed runs;
+only a lost connection to the server stops the unit. A video that cannot be written never changes a
+record: it is recorded as `video: null` and a warning line says why (harness.episode.video). Each
+record carries its policy round trips (count, p50/p95 ms) and its node's fingerprint id
+(harness.episode.nodeprint).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
+import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from harness.config.rundir import RunDir, task_config_name
 from harness.config.settings import Settings
+from harness.episode import canary
 from harness.episode.actions import ChunkRunner
 from harness.episode.bench import Benchmark, Episode
+from harness.episode.nodeprint import NodePrint, fingerprint_id, sim_facts
 from harness.episode.records import append_record, now_iso_microseconds
 from harness.episode.video import VideoWriter
 from harness.queue.owner import process_stopped
@@ -32,6 +41,7 @@ from harness.wire.client import PolicyClient
 from harness.wire.errors import PeerClosed, WireError
 
 ERROR_TEXT_MAX = 300
+SUCCESS_AT_RESET = "success holds before the policy's first action (not a trial)"
 PROGRESS_EVERY_S = 0.5  # a step's progress write is skipped within this long of the last (a new seed never)
 
 
@@ -58,6 +68,26 @@ class WorkerStopped(Exception):
 class Timing:
     sim_s: float = 0.0  # building the episode, observing, stepping
     model_s: float = 0.0  # infer round trips (policy compute + wire)
+    infer_ms: list[float] = field(default_factory=list)  # each infer round trip's time, in order
+
+    def latency(self) -> dict[str, Any]:
+        """The record's latency fields: the policy round trips' count and their p50/p95 (ms,
+        `latency_ms`); null percentiles when the episode made none."""
+        return {
+            "infer_calls": len(self.infer_ms),
+            "infer_p50_ms": latency_ms(self.infer_ms, 50),
+            "infer_p95_ms": latency_ms(self.infer_ms, 95),
+        }
+
+
+def latency_ms(times_ms: list[float], q: float) -> float | None:
+    """The q-th percentile of `times_ms` by the nearest-rank method (an observed round trip, never an
+    interpolation between two), rounded to 0.01 ms; None for no round trips."""
+    if not times_ms:
+        return None
+    ordered = sorted(times_ms)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return round(ordered[rank - 1], 2)
 
 
 class SimClient:
@@ -74,9 +104,11 @@ class SimClient:
         self._progress_at = float("-inf")
         self._seed_started_at = 0.0  # epoch seconds the running seed's episode started (progress file)
         self.worker_stopped = False  # run() ended early: the worker was stopped (its seeds left unrecorded)
+        self.nodeprint = NodePrint()
 
     def run(self, report: Any = print) -> list[dict[str, Any]]:
         records = []
+        self._canary(report)
         for seed in self.job.seeds:
             if self._worker_stopped():
                 report(f"worker pid {self.job.worker_pid} is stopped: ending before seed {seed}")
@@ -95,7 +127,7 @@ class SimClient:
             for note in self.notes:
                 report(f"{self.job.task} {self.task_config} seed {seed}: warning: {note}")
             self.notes.clear()
-            verdict = record["error"] or ("success" if record["success"] else "fail")
+            verdict = record["error"] or record.get("invalid") or ("success" if record["success"] else "fail")
             took = f"{record['steps']} steps, {record['wall_s']:.1f} s"
             report(f"{self.job.task} {self.task_config} seed {seed}: {verdict} ({took})")
         return records
@@ -115,9 +147,15 @@ class SimClient:
             fallback = {"benchmark": self.settings.benchmark, "task": self.job.task}
             self.server_spec = self.client.hello(dict(episode.spec) if episode is not None else fallback)
         video = VideoWriter(self._video_path(seed)) if self.record_video and episode is not None else None
+        invalid = None
         if episode is not None:
             try:
-                steps, success = self._episode(episode, seed, timing, video)
+                if episode.success():  # nothing for the policy to do: no trial of it (issue 59)
+                    invalid = SUCCESS_AT_RESET
+                    if video is not None:
+                        video.capture(episode.video_frame)  # the scene as it was found
+                else:
+                    steps, success = self._episode(episode, seed, timing, video)
                 collided = episode.collided()
                 collision = getattr(episode, "collision_detail", lambda: None)()
             except (PeerClosed, ConnectionError, TimeoutError):
@@ -138,10 +176,53 @@ class SimClient:
             seed, success and error is None, collided, error, steps, timing, started, video_rel
         )
         record["collision"] = collision
+        record["invalid"] = invalid if error is None else None
+        record.update(timing.latency())
+        record["fingerprint"] = self._fingerprint()
         if self._worker_stopped():  # its lease may be reaped by now: this worker must commit nothing
             raise WorkerStopped(seed)
         append_record(self._metrics_file(), record)
         return record
+
+    def _canary(self, report: Any) -> None:
+        """This process's canary of the run, once, before its first episode (`harness.episode.canary`):
+        the run's first unit's first seed, no policy. A canary that cannot run says why and is skipped:
+        the unit runs either way."""
+        key = str(Path(self.job.run_dir).resolve())
+        if key in canary.DONE or not RunDir(self.job.run_dir).manifest.exists():
+            return
+        canary.DONE.add(key)
+        try:
+            from harness.config.paths import bundle_root
+            from harness.config.plan import planned_seeds
+            from harness.config.seedbank import bank_file, resolve_root
+
+            cell, seeds = next(iter(planned_seeds(self.job.run_dir).items()))  # the run's first unit
+            seed = seeds[0]
+            root = resolve_root(self.settings.seeds_root, str(bundle_root(os.environ)))
+            traces = bank_file(root, cell, self.bench_config).with_suffix(".traces.npz")
+            banked = self.settings.use_eval_seeds
+            actions = canary.expert_actions(traces, seed) if banked else np.zeros((0, 0), np.float32)
+            episode = self.bench.make_episode(cell.task, self.bench_config, seed)
+            try:
+                verdict = canary.run_canary(
+                    self.job.run_dir, episode, actions, cell.task, seed, fingerprint_id(sim_facts())
+                )
+            finally:
+                _close_quietly(episode)
+        except Exception as exc:
+            report(f"canary not run: {_error_text(exc)}")
+            return
+        report(verdict.text() + f" ({verdict.seconds:.1f} s)")
+
+    def _fingerprint(self) -> str | None:
+        """This node's fingerprint id (`harness.episode.nodeprint`), stored in the run once; one that
+        cannot be read or stored is null and a warning, never a lost record."""
+        try:
+            return self.nodeprint.id_for(self.job.run_dir, self.server_spec)
+        except Exception as exc:
+            self.notes.append(f"node fingerprint not recorded: {_error_text(exc)}")
+            return None
 
     def _worker_stopped(self) -> bool:
         """Whether the worker that started this client is stopped now. Checked just before a record
@@ -166,7 +247,9 @@ class SimClient:
             timing.sim_s += time.monotonic() - t
             t = time.monotonic()
             chunk = self.client.infer(obs, steps)
-            timing.model_s += time.monotonic() - t
+            took = time.monotonic() - t
+            timing.model_s += took
+            timing.infer_ms.append(1000 * took)
             for action in runner.plan(chunk):
                 t = time.monotonic()
                 episode.apply(action)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
@@ -28,12 +29,20 @@ from harness.config.paths import CODE_ROOT, bundle_root, resolve_checkpoint
 from harness.config.plan import planned_seeds
 from harness.config.policymap import PolicyMapError, load_policy_map
 from harness.config.rundir import Cell, read_queue
-from harness.config.seedbank import SeedBankError, read_bank, resolve_root, seeds_outside, uses_bank
+from harness.config.seedbank import (
+    SeedBankError,
+    bank_file,
+    read_bank,
+    resolve_root,
+    seeds_outside,
+    uses_bank,
+)
 from harness.config.settings import Settings
 from harness.config.validate import knob_problems, problem_list, some_of
 from harness.episode.bench import Benchmark, load_benchmark
 from harness.episode.serverdial import probe
 from harness.launch.benchparams import params_problems
+from harness.launch.precollect import banked_not_trials
 from harness.model.wrapper import PolicyRefused, policy_dir, stated_checkpoint, stated_conventions
 from harness.wire.errors import WireError
 from harness.wire.protocol import check_specs
@@ -121,6 +130,9 @@ def _seed_problems(
         bank = read_bank(root, cells, knobs["BENCH_CONFIG"])
     except SeedBankError as exc:
         return [str(exc)]
+    files = {bank_file(root, cell, knobs["BENCH_CONFIG"]): seeds for cell, seeds in bank.items()}
+    for line in banked_not_trials(files):  # a run on it is still sound: those episodes count apart
+        print(f"warning: {line}", file=sys.stderr)
     if space is None:
         return []
     return seeds_outside(root, bank, knobs["BENCH_CONFIG"], space, knobs["BENCHMARK"])

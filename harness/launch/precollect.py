@@ -3,7 +3,11 @@
 A candidate seed is accepted when (1) it does not succeed with no action, (2) the benchmark's expert
 solves it within the task's step limit, and (3) replaying the expert's ee6d trace through the
 benchmark's own episode (the eval's action path, without rendering) also succeeds before the trace
-ends. (3) is what makes the `replay` policy a check of the whole action path: conversion, chunking,
+ends. (1) is checked on the eval's own episode too, whatever the benchmark's expert does: an episode
+whose success holds before the first action is no trial of a policy (the sim client records it as
+`invalid`). The seeds found so are listed beside the bank, `<task_config>.not_trials.json`, and a run
+created on a bank that holds one of them names it (`harness.launch.newrun`).
+(3) is what makes the `replay` policy a check of the whole action path: conversion, chunking,
 transport. Every verdict depends only on (task, config, seed), so the bank is the same whatever the
 parallelism or the order of completion, and a rerun regenerates it byte for byte.
 
@@ -33,6 +37,8 @@ from harness.config.settings import Settings
 from harness.episode.bench import Benchmark, load_benchmark
 
 _BENCH: Benchmark | None = None
+NOT_A_TRIAL = "succeeds before the first action (no trial of a policy)"
+NOT_TRIAL_REASONS = (NOT_A_TRIAL, "succeeds with no action")  # ours, and the ManiSkill expert's wording
 
 
 @dataclass
@@ -102,6 +108,9 @@ def judge_seed(bench_spec: str, task: str, bench_config: str, seed: int) -> dict
         return verdict
     episode = _BENCH.make_episode(task, bench_config, seed, render=False)
     try:
+        if episode.success():
+            verdict["reason"] = NOT_A_TRIAL
+            return verdict
         for step, action in enumerate(result.actions, start=1):
             episode.apply(action)
             if episode.success():
@@ -151,6 +160,39 @@ def write_bank(pair: Pair, seeds: list[int]) -> None:
             archive.writestr(info, member.getvalue())
     _atomic_write(pair.traces_file, buffer.getvalue())
     _atomic_write(pair.bank_file, (" ".join(str(s) for s in seeds) + "\n").encode())
+
+
+def not_trials_file(bank_file: Path) -> Path:
+    """Beside `<task_config>.txt`: the seeds precollect found succeeding before the first action."""
+    return bank_file.with_name(bank_file.name.removesuffix(".txt") + ".not_trials.json")
+
+
+def write_not_trials(pair: Pair) -> None:
+    """List the judged seeds that are no trial of a policy (none: no file)."""
+    verdicts = sorted(pair.verdicts.items())
+    found = {str(seed): v["reason"] for seed, v in verdicts if v.get("reason") in NOT_TRIAL_REASONS}
+    path = not_trials_file(pair.bank_file)
+    if found:
+        _atomic_write(path, (json.dumps(found, indent=1) + "\n").encode())
+    else:
+        path.unlink(missing_ok=True)
+
+
+def banked_not_trials(bank_files: dict[Path, list[int]]) -> list[str]:
+    """One line per bank file that holds a seed listed in its not-trials file."""
+    lines = []
+    for bank, seeds in bank_files.items():
+        try:
+            listed = json.loads(not_trials_file(bank).read_text())
+        except (OSError, ValueError):
+            continue
+        if bad := [s for s in seeds if str(s) in listed]:
+            lines.append(
+                f"seed bank file {bank} holds seed(s) {', '.join(map(str, bad))} whose success holds before "
+                f"the first action ({not_trials_file(bank).name}): they will be recorded as invalid, not as "
+                "trials; rebuild the bank with scripts/precollect_eval_seeds.py to leave them out"
+            )
+    return lines
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -206,6 +248,7 @@ def _finish_ready(todo: list[Pair], banks: dict[tuple[str, str], Any], report: C
         if seeds is None:
             continue
         write_bank(pair, seeds)
+        write_not_trials(pair)
         shutil.rmtree(pair.scratch, ignore_errors=True)
         banks[(pair.task, pair.task_config)] = seeds
         todo.remove(pair)

@@ -267,6 +267,7 @@ def load_policy(
     if usr_args.get("image_size") is not None:
         spec["image_size"] = usr_args["image_size"]
     spec["action"] = action_conventions(usr_args.get("action_convention"), yml)
+    spec["stack"] = model_stack()  # the model side of each record's node fingerprint (issue 59)
     max_batch = batch_size(usr_args, yml, settings.model_max_batch)
     policy = LoadedPolicy(
         directory.name,
@@ -283,6 +284,27 @@ def load_policy(
         check_batched_seeding(directory.name, model.generate_actions, usr_args, yml)
         _check_state_copies(policy)
     return policy
+
+
+def model_stack() -> dict[str, Any]:
+    """What the policy computes on, for the sim side's node fingerprint: numpy, and torch with its
+    CUDA, cuDNN, GPUs and driver when the policy loaded torch (never imported here)."""
+    import platform
+    import sys
+
+    out: dict[str, Any] = {"python": platform.python_version(), "numpy": np.__version__, "gpus": []}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out.update(torch=torch.__version__, cuda=torch.version.cuda)
+        try:
+            if torch.cuda.is_available():
+                out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+                out["capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
+                out["cudnn"] = torch.backends.cudnn.version()
+                out["driver"] = Path("/proc/driver/nvidia/version").read_text().split("\n", 1)[0][-60:]
+        except Exception as exc:  # a broken CUDA install is itself worth a fingerprint of its own
+            out["cuda_error"] = f"{type(exc).__name__}: {exc}"[:200]
+    return out
 
 
 def _check_state_copies(policy: LoadedPolicy) -> None:

@@ -13,12 +13,56 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.episode.records import is_trial
+from harness.episode.records import is_invalid, is_trial
 from harness.results import ResultsError
 from harness.results.adaptive import Adaptive
 from harness.results.cell_decision import CellVerdict
 from harness.results.load import episode_key, scene_of
 from harness.results.stats import Rate, mean_interval, mean_rate
+
+
+@dataclass(frozen=True)
+class Latency:
+    """The policy round trips of some episodes, from their records' infer_calls/p50/p95 (records
+    older than those fields are left out). A record keeps only its own percentiles, so a task's p50 is
+    the median of its episodes' p50s weighted by their round trips, and its p95 the worst episode's."""
+
+    episodes: int  # episodes whose record carries round trips
+    calls: int  # round trips, all of those episodes together
+    p50_ms: float | None
+    p95_ms: float | None
+
+    def text(self) -> str:
+        if not self.episodes:
+            return "round trips not recorded"
+        p50 = "—" if self.p50_ms is None else f"{self.p50_ms:.1f}"
+        p95 = "—" if self.p95_ms is None else f"{self.p95_ms:.1f}"
+        return f"{self.calls} round trips, p50 {p50} ms, p95 {p95} ms (worst episode)"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"infer_calls": self.calls if self.episodes else None, "infer_p50_ms": self.p50_ms,
+                "infer_p95_ms": self.p95_ms}  # fmt: skip
+
+
+def latency_of(records: Iterable[dict[str, Any]]) -> Latency:
+    """The round trips of `records` (see `Latency`)."""
+    timed = [r for r in records if isinstance(r.get("infer_calls"), int)]
+    weighted = sorted(
+        (float(r["infer_p50_ms"]), int(r["infer_calls"]))
+        for r in timed
+        if r.get("infer_p50_ms") is not None and r["infer_calls"] > 0
+    )
+    calls = sum(int(r["infer_calls"]) for r in timed)
+    p50 = None
+    if weighted:
+        half, seen = sum(w for _, w in weighted) / 2, 0
+        for value, w in weighted:
+            seen += w
+            if seen >= half:
+                p50 = value
+                break
+    p95s = [float(r["infer_p95_ms"]) for r in timed if r.get("infer_p95_ms") is not None]
+    return Latency(len(timed), calls, p50, max(p95s) if p95s else None)
 
 
 @dataclass
@@ -37,7 +81,12 @@ class TaskResult:
 
     @property
     def errored(self) -> int:
-        return len(self.episodes) - len(self.trials)
+        return sum(1 for r in self.episodes if r.get("error") is not None)
+
+    @property
+    def invalid(self) -> int:
+        """Episodes whose success held before the policy acted: not trials, counted apart."""
+        return sum(1 for r in self.episodes if is_invalid(r))
 
     @property
     def sr(self) -> Rate:
@@ -50,6 +99,11 @@ class TaskResult:
         k = sum(bool(r.get("hard_success")) for r in self.trials)
         return Rate(k, len(self.trials), self.verdict is not None)
 
+    @property
+    def latency(self) -> Latency:
+        """Its episodes' policy round trips (errored ones included: latency is the system's)."""
+        return latency_of(self.episodes)
+
 
 @dataclass
 class Group:
@@ -61,6 +115,10 @@ class Group:
     @property
     def errored(self) -> int:
         return sum(t.errored for t in self.tasks)
+
+    @property
+    def invalid(self) -> int:
+        return sum(t.invalid for t in self.tasks)
 
     @property
     def pooled_sr(self) -> Rate:

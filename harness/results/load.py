@@ -15,6 +15,8 @@ from typing import Any
 
 from harness.config.paths import run_dir
 from harness.config.rundir import RunDir
+from harness.episode import canary, nodeprint
+from harness.episode.nodeprint import UNKNOWN
 from harness.episode.records import RecordSet, line_warnings, read_tree
 from harness.results import ResultsError
 
@@ -87,3 +89,88 @@ def split_by_contract(records: list[dict[str, Any]], allow_split: bool) -> dict[
             "refusing to pool them; pass --split-by-contract to get one result set per contract"
         )
     return groups
+
+
+@dataclass
+class NodeGroup:
+    """The records of one node fingerprint (`harness.episode.nodeprint`); records without one (written
+    before fingerprints) form the one `unknown` group."""
+
+    ident: str
+    doc: dict[str, Any] | None  # the stored fingerprint; None for unknown, or a file that is missing
+    episodes: int = 0
+    hosts: Counter = field(default_factory=Counter)  # host → episodes
+    canary: dict[str, Any] | None = None  # its sim side's canary verdict (`harness.episode.canary`)
+
+    @property
+    def differs(self) -> bool:
+        """Its canary ran and did not match the run's reference."""
+        return self.canary is not None and not self.canary.get("match", True)
+
+    def canary_text(self) -> str:
+        c = self.canary
+        if c is None:
+            return "no canary" if self.doc else "no canary (no fingerprint)"
+        if c.get("is_reference"):
+            return f"canary is the reference ({c.get('host')})"
+        if c.get("match"):
+            return f"canary matches the reference ({c.get('reference_host')})"
+        psnr = c.get("frame_psnr")
+        frame = "n/a" if psnr is None else psnr if isinstance(psnr, str) else f"{psnr:.1f} dB"
+        return (
+            f"canary DIFFERS from the reference ({c.get('reference_host')}): first at step "
+            f"{c.get('first_difference')}, largest state difference {c.get('max_state_diff'):.3g}, "
+            f"frame PSNR {frame}"
+        )
+
+    @property
+    def nodes(self) -> str:
+        return ", ".join(f"{host} ({n})" for host, n in sorted(self.hosts.items()))
+
+    def describe(self) -> str:
+        if self.ident == UNKNOWN and self.doc is None:
+            return nodeprint.describe(None)
+        return nodeprint.describe(self.doc) if self.doc else "fingerprint file missing from the run dir"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.ident, "episodes": self.episodes, "hosts": dict(sorted(self.hosts.items())),
+            "describe": self.describe(), "canary": self.canary_text(), "canary_differs": self.differs,
+        }  # fmt: skip
+
+
+def fingerprint_of(record: dict[str, Any]) -> str:
+    return str(record.get("fingerprint") or UNKNOWN)
+
+
+def node_groups(run: RunDir, records: list[dict[str, Any]]) -> list[NodeGroup]:
+    """The run's records grouped by node fingerprint, largest first."""
+    stored, verdicts = nodeprint.read_all(run.root), canary.read_verdicts(run.root)
+    groups: dict[str, NodeGroup] = {}
+    for record in records:
+        ident = fingerprint_of(record)
+        if ident not in groups:
+            doc = stored.get(ident)
+            groups[ident] = NodeGroup(ident, doc, canary=verdicts.get(nodeprint.sim_id(doc)) if doc else None)
+        groups[ident].episodes += 1
+        groups[ident].hosts[str(record.get("host") or "?")] += 1
+    return sorted(groups.values(), key=lambda g: (-g.episodes, g.ident))
+
+
+def check_pooling(run: RunDir, records: list[dict[str, Any]], allow_mixed: bool) -> list[NodeGroup]:
+    """The node groups of `records`; refused (ResultsError, exit 2) when some group's canary differs
+    from the run's reference, unless `allow_mixed`: pooling them would average two simulators."""
+    groups = node_groups(run, records)
+    if allow_mixed or not any(g.differs for g in groups):
+        return groups
+    listing = "\n".join(
+        f"  {g.ident}: {g.episodes} episode(s) on {g.nodes}; {g.canary_text()}" for g in groups
+    )
+    raise ResultsError(
+        f"run {run.root}: records come from {len(groups)} node fingerprint groups and the canary of "
+        f"{sum(g.differs for g in groups)} of them differs from the run's reference (those nodes simulate "
+        f"the run's episodes differently):\n{listing}\nrefusing to pool them. Find what differs "
+        f"({run.root}/fingerprints/<id>.json holds each group's node in full), re-run that group's "
+        "episodes on nodes whose canary matches, or pass --allow-mixed to pool them anyway and get "
+        "each group's table beside the pooled one"
+    )

@@ -19,9 +19,19 @@ from harness.results import ResultsError
 from harness.results.adaptive import load_adaptive
 from harness.results.aggregate import Summary, summarize
 from harness.results.chart import write_chart
-from harness.results.load import LoadedRun, episode_key, load_run, resolve_run, split_by_contract
+from harness.results.load import (
+    LoadedRun,
+    NodeGroup,
+    check_pooling,
+    episode_key,
+    fingerprint_of,
+    load_run,
+    node_groups,
+    resolve_run,
+    split_by_contract,
+)
 from harness.results.report import render
-from harness.results.tables import scene_text, to_csv, to_json, total_text
+from harness.results.tables import groups_text, scene_text, to_csv, to_json, total_text
 from harness.results.videos import build_tree
 
 CHART_NAME = "report_chart.png"
@@ -37,6 +47,7 @@ class Options:
     videos: str = "link"
     split_by_contract: bool = False
     runs_root: str | None = None
+    allow_mixed: bool = False  # pool node groups whose canaries differ (each group's table beside)
 
 
 def default_out(model: str, runs_root: str | None = None) -> Path:
@@ -59,6 +70,7 @@ def organize(options: Options, log: Log) -> list[Path]:
     for warning in loaded.warnings():
         log(f"warning: {warning}")
     groups = split_by_contract(loaded.records, options.split_by_contract)
+    nodes = check_pooling(run, loaded.records, options.allow_mixed)  # refused: exit 2, naming the groups
     out = options.out or default_out(options.model, options.runs_root)
     _check_out(out, loaded)
     try:
@@ -73,7 +85,29 @@ def organize(options: Options, log: Log) -> list[Path]:
         log(f"contract {contract}: {len(records)} episode(s) → {target}")
         _write(loaded, records, summarize(records, contract, adaptive), options, target, log)
         written.append(target)
+        written += _mixed(loaded, records, nodes, contract, adaptive, options, target, log)
     return written
+
+
+def _mixed(
+    loaded: LoadedRun, records: list[dict[str, Any]], nodes: list[NodeGroup], contract: str,
+    adaptive: Any, options: Options, target: Path, log: Log,
+) -> list[Path]:  # fmt: skip
+    """--allow-mixed over node groups whose canaries differ: each group's own result set beside the
+    pooled one, in <out>/fingerprint-<id>/ (nothing when no canary differs)."""
+    if not any(g.differs for g in nodes):
+        return []
+    out = []
+    for group in nodes:
+        mine = [r for r in records if fingerprint_of(r) == group.ident]
+        if not mine:
+            continue
+        where = target / f"fingerprint-{group.ident}"
+        log(f"warning: pooled despite differing canaries (--allow-mixed); group {group.ident}: "
+            f"{len(mine)} episode(s) on {group.nodes}, {group.canary_text()} → {where}")  # fmt: skip
+        _write(loaded, mine, summarize(mine, contract, adaptive), options, where, log)
+        out.append(where)
+    return out
 
 
 def _write(
@@ -100,12 +134,13 @@ def _write(
         "policies": sorted({str(r.get("policy")) for r in records}),
         "ckpts": sorted({str(r.get("ckpt")) for r in records}),
         "warnings": warnings,
+        "node_groups": [g.as_dict() for g in node_groups(loaded.run, records)],
     }
     header = f"model: {options.model}\nrun: {loaded.run.root}\ncontract: {summary.contract}\n"
     for scene in summary.scenes:
         (out / path_part(scene.name)).mkdir(parents=True, exist_ok=True)
         (out / path_part(scene.name) / "results.txt").write_text(scene_text(scene, header))
-    (out / "results.txt").write_text(total_text(summary, header))
+    (out / "results.txt").write_text(total_text(summary, header) + groups_text(meta["node_groups"]))
     (out / "results.csv").write_text(to_csv(summary))
     (out / "results.json").write_text(to_json(summary, meta))
     write_chart(summary, out / CHART_NAME)

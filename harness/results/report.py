@@ -12,7 +12,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from harness.episode.records import is_trial
+from harness.episode.records import is_invalid, is_trial
 from harness.results.aggregate import Group, Summary, TaskResult
 from harness.results.load import EpisodeKey, episode_key
 from harness.results.stats import Rate
@@ -28,20 +28,23 @@ tr.total td{font-weight:600;background:#f7f7f7}
 .ci{color:#666;font-size:12px} .strip{display:flex;flex-wrap:wrap;gap:4px;margin-bottom:8px}
 .ep{display:inline-block;min-width:44px;padding:3px 6px;border-radius:4px;color:#fff;text-align:center;
 font-size:12px;text-decoration:none} .fail{background:#c62828} .soft{background:#ef8f00}
-.hard{background:#2e7d32} .err{background:#757575} span.ep{opacity:.75}
+.hard{background:#2e7d32} .err{background:#757575} .inv{background:#6a1b9a} span.ep{opacity:.75}
 .legend .ep{margin-right:6px}
 """
 
-OUTCOME_ORDER = {"fail": 0, "err": 1, "soft": 2, "hard": 3}
+OUTCOME_ORDER = {"fail": 0, "err": 1, "inv": 2, "soft": 3, "hard": 4}
 OUTCOME_TEXT = {
     "fail": "failed",
     "err": "errored (not a trial)",
+    "inv": "invalid: success before the policy acted (not a trial)",
     "soft": "success with collision",
     "hard": "hard success",
 }
 
 
 def outcome(record: dict[str, Any]) -> str:
+    if is_invalid(record):
+        return "inv"
     if not is_trial(record):
         return "err"
     if not record.get("success"):
@@ -93,13 +96,25 @@ def _state_cell(task: TaskResult) -> str:
 
 def _task_table(scene: Group) -> str:
     state = "<th>state</th>" if any(t.verdict for t in scene.tasks) else ""
-    head = f"<tr><th>task</th><th>SR</th><th>HSR</th><th>errored</th>{state}</tr>"
+    head = (
+        f"<tr><th>task</th><th>SR</th><th>HSR</th><th>errored</th>{state}"
+        "<th>round trips</th><th>p50 ms</th><th>p95 ms <span class=ci>(worst episode)</span></th></tr>"
+    )
     body = "".join(
         f"<tr><td>{html.escape(t.task)}</td>{_rate_cell(t.sr)}{_rate_cell(t.hsr)}<td>{t.errored}</td>"
-        f"{_state_cell(t)}</tr>"
+        f"{_state_cell(t)}{_latency_cells(t)}</tr>"
         for t in scene.tasks
     )
     return f"<table class=tasks>{head}{body}</table>"
+
+
+def _latency_cells(task: TaskResult) -> str:
+    lat = task.latency
+    if not lat.episodes:
+        return "<td colspan=3 class=ci>not recorded</td>"
+    p50 = "—" if lat.p50_ms is None else f"{lat.p50_ms:.1f}"
+    p95 = "—" if lat.p95_ms is None else f"{lat.p95_ms:.1f}"
+    return f"<td>{lat.calls}</td><td>{p50}</td><td>{p95}</td>"
 
 
 def _strip(task: TaskResult, videos: dict[EpisodeKey, Path], report_dir: Path) -> str:
@@ -117,6 +132,23 @@ def _strip(task: TaskResult, videos: dict[EpisodeKey, Path], report_dir: Path) -
             href = html.escape(urllib.parse.quote(os.path.relpath(video, report_dir)))
             tiles.append(f'<a {attrs} href="{href}">{label}</a>')
     return f"<div class=strip>{''.join(tiles)}</div>"
+
+
+def _groups(groups: list[dict[str, Any]]) -> str:
+    """The node fingerprint groups: which nodes simulated these episodes, and on what."""
+    if not groups:
+        return ""
+    head = (
+        "<tr><th>fingerprint</th><th>episodes</th><th>nodes (episodes)</th><th>canary</th>"
+        "<th>what it is</th></tr>"
+    )
+    body = "".join(
+        f"<tr><td>{html.escape(g['id'])}</td><td>{g['episodes']}</td>"
+        f"<td>{html.escape(', '.join(f'{h} ({n})' for h, n in g['hosts'].items()))}</td>"
+        f"<td>{html.escape(g['canary'])}</td><td>{html.escape(g['describe'])}</td></tr>"
+        for g in groups
+    )
+    return f"<h2>Node fingerprints</h2><table id=nodes>{head}{body}</table>"
 
 
 def _adaptive_note(summary: Summary) -> str:
@@ -154,11 +186,14 @@ def render(
         f"HSR {_mean(total.mean_hsr, total.mean_hsr_interval)} "
         f"<span class=ci>({html.escape(mean_note(summary.adaptive is not None))})</span>."
         "<br><b>Total, pooled over episodes</b>: "
-        f"SR {_rate(total.pooled_sr)}, HSR {_rate(total.pooled_hsr)}; errored: {total.errored}.</p>",
+        f"SR {_rate(total.pooled_sr)}, HSR {_rate(total.pooled_hsr)}; errored: {total.errored}"
+        + (f"; invalid (success before the policy acted): {total.invalid}" if total.invalid else "")
+        + ".</p>",
         "<h2>Scenes</h2>",
         _scene_table(summary.scenes, total),
         f'<h2>SR and HSR per task</h2><img id=chart alt="SR and HSR per task" src="{html.escape(chart)}">',
     ]
+    parts.append(_groups(meta.get("node_groups") or []))
     for scene in summary.scenes:
         parts += [f"<h2>Scene {html.escape(scene.name)}</h2>", _task_table(scene)]
         parts.append(f"<div class=legend>{legend}</div>")

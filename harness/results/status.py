@@ -15,12 +15,14 @@ from typing import Any
 
 from harness.config.rundir import RunDir
 from harness.config.settings import Settings
-from harness.episode.records import is_trial, read_tree
+from harness.episode.records import is_invalid, is_trial, read_tree
 from harness.queue.listing import UnitState
 from harness.queue.units import Unit
 from harness.results import ResultsError
 from harness.results.adaptive import Adaptive, load_adaptive
+from harness.results.aggregate import Latency, latency_of
 from harness.results.cell_decision import DECIDED
+from harness.results.load import NodeGroup, node_groups
 from harness.results.stats import Rate
 from harness.runqueue import queue_states, run_units
 
@@ -40,6 +42,7 @@ class Status:
     planned: int = 0  # episodes planned
     done: int = 0  # planned episodes whose latest record is a trial
     errored: int = 0  # planned episodes whose latest record errored (they will be re-run)
+    invalid: int = 0  # planned episodes whose success held before the policy acted (not trials, not re-run)
     sr: Rate = field(default_factory=lambda: Rate(0, 0))
     hsr: Rate = field(default_factory=lambda: Rate(0, 0))
     per_hour: float | None = None  # episodes finished per hour, over the last THROUGHPUT_WINDOW_S
@@ -48,6 +51,8 @@ class Status:
     warnings: list[str] = field(default_factory=list)
     adaptive: Adaptive | None = None  # an adaptive run's cell verdicts
     skipped: int = 0  # planned episodes of units left unclaimed because their cell was decided
+    latency: dict[tuple[str, str], Latency] = field(default_factory=dict)  # (scene, task): round trips
+    node_groups: list[NodeGroup] = field(default_factory=list)  # the records' node fingerprints
 
     @property
     def counts(self) -> dict[str, int]:
@@ -97,7 +102,8 @@ def collect(run: RunDir, settings: Settings, now: float | None = None) -> Status
     status.planned = len(planned)
     records = [r for r in planned if r is not None]
     trials = [r for r in records if is_trial(r)]
-    status.done, status.errored = len(trials), len(records) - len(trials)
+    status.invalid = sum(1 for r in records if is_invalid(r))
+    status.done, status.errored = len(trials), len(records) - len(trials) - status.invalid
     try:
         status.adaptive = load_adaptive(run, found.records)
     except ValueError as exc:  # a bad manifest or seed bank: planned_units above names it first
@@ -109,8 +115,26 @@ def collect(run: RunDir, settings: Settings, now: float | None = None) -> Status
     status.sr = Rate(sum(bool(r.get("success")) for r in trials), len(trials), anytime)
     status.hsr = Rate(sum(bool(r.get("hard_success")) for r in trials), len(trials), anytime)
     _throughput(status, [t for r in records if (t := finished_time(r)) is not None], now)
-    status.recent_errors = _recent_errors(status.units, [r for r in records if not is_trial(r)])
+    status.latency = _latency(records)
+    status.node_groups = node_groups(run, records)
+    status.warnings += [
+        f"node group {g.ident} ({g.nodes}): {g.canary_text()}; organize_results will refuse to pool it"
+        for g in status.node_groups
+        if g.differs
+    ]
+    errored = [r for r in records if not is_trial(r) and not is_invalid(r)]
+    status.recent_errors = _recent_errors(status.units, errored)
     return status
+
+
+def _latency(records: list[dict[str, Any]]) -> dict[tuple[str, str], Latency]:
+    """Each task's policy round trips so far (tasks none of whose records carry them are left out)."""
+    by_task: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for record in records:
+        scene = str(record.get("scene") or record["task_config"])
+        by_task.setdefault((scene, record["task"]), []).append(record)
+    found = {key: latency_of(rs) for key, rs in sorted(by_task.items())}
+    return {key: lat for key, lat in found.items() if lat.episodes}
 
 
 def _mark_skipped(status: Status, adaptive: Adaptive) -> None:
@@ -130,7 +154,7 @@ def _throughput(status: Status, times: list[float], now: float) -> None:
     window = min(THROUGHPUT_WINDOW_S, max(now - min(times), 1.0))
     recent = sum(1 for t in times if t >= now - window)
     status.per_hour = 3600.0 * recent / window
-    remaining = status.planned - status.done - status.skipped
+    remaining = status.planned - status.done - status.skipped - status.invalid
     if status.per_hour > 0:
         status.eta_s = 3600.0 * remaining / status.per_hour
 

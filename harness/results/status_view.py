@@ -31,7 +31,9 @@ def render(status: Status) -> Group:
     )
     pct = f" ({100 * status.done / status.planned:.0f}%)" if status.planned else ""
     head.append(
-        f"episodes: {status.done} of {status.planned} done{pct}, {status.errored} errored (to re-run)\n"
+        f"episodes: {status.done} of {status.planned} done{pct}, {status.errored} errored (to re-run)"
+        + (f", {status.invalid} invalid (success before the policy acted)" if status.invalid else "")
+        + "\n"
     )
     head.append(
         f"success so far: SR {status.sr.text().strip()}   HSR {status.hsr.text().strip()}"
@@ -56,7 +58,21 @@ def render(status: Status) -> Group:
     errors = Text("recent errors:" + ("" if status.recent_errors else " none"), style="bold")
     for line in status.recent_errors:
         errors.append("\n  " + line, style="red")
-    return Group(head, *_cells(status), leases, errors)
+    return Group(head, *_cells(status), *_latency(status), *_nodes(status), leases, errors)
+
+
+def _latency(status: Status) -> list[Table]:
+    """The policy round trips per task so far (empty while no record carries them)."""
+    if not status.latency:
+        return []
+    table = Table(title="policy round trips per task", title_justify="left", expand=False)
+    for column in ("scene", "task", "episodes", "round trips", "p50 ms", "p95 ms (worst episode)"):
+        table.add_column(column, no_wrap=True)
+    for (scene, task), lat in status.latency.items():
+        p50 = "—" if lat.p50_ms is None else f"{lat.p50_ms:.1f}"
+        p95 = "—" if lat.p95_ms is None else f"{lat.p95_ms:.1f}"
+        table.add_row(scene, task, str(lat.episodes), str(lat.calls), p50, p95)
+    return [table]
 
 
 def _cells(status: Status) -> list[Table]:
@@ -72,4 +88,19 @@ def _cells(status: Status) -> list[Table]:
         table.add_row(
             scene, task, Text(v.text, style=style), f"{v.ran}/{v.planned}", str(v.after), str(v.saved)
         )
+    return [table]
+
+
+def _nodes(status: Status) -> list[Table]:
+    """The records' node fingerprints: which nodes simulated them, and on what."""
+    if not status.node_groups:
+        return []
+    table = Table(title="node fingerprints", title_justify="left", expand=False)
+    for column in ("fingerprint", "episodes", "nodes (episodes)"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("canary")
+    table.add_column("what it is")
+    for group in status.node_groups:
+        canary = Text(group.canary_text(), style="bold red" if group.differs else "")
+        table.add_row(group.ident, str(group.episodes), group.nodes, canary, group.describe())
     return [table]

@@ -13,6 +13,7 @@ import io
 import json
 from typing import Any
 
+from harness.episode.records import is_invalid
 from harness.results.aggregate import Group, Summary, TaskResult
 from harness.results.stats import MEAN_INTERVAL, Rate
 
@@ -70,6 +71,11 @@ def _totals(group: Group, label: str) -> str:
         f"{label} pooled over episodes (each episode weighted equally): "
         f"SR {group.pooled_sr.text()}  HSR {group.pooled_hsr.text()}\n"
         f"{label} errored episodes (not trials): {group.errored}\n"
+        + (
+            f"{label} invalid episodes (success held before the policy acted; not trials): {group.invalid}\n"
+            if group.invalid
+            else ""
+        )
     )
 
 
@@ -81,7 +87,40 @@ def scene_text(scene: Group, header: str) -> str:
         [t.task, t.sr.text(), t.hsr.text(), str(t.errored)] + ([_state(t)] if adaptive else [])
         for t in scene.tasks
     ]
-    return f"{header}scene: {scene.name}\n{legend(adaptive)}\n{columns(rows)}\n{_totals(scene, 'scene')}"
+    text = f"{header}scene: {scene.name}\n{legend(adaptive)}\n{columns(rows)}\n{_totals(scene, 'scene')}"
+    return text + invalid_text(scene.tasks) + latency_text(scene.tasks)
+
+
+def invalid_text(tasks: list[TaskResult]) -> str:
+    """Each invalid episode by task and seed, with why (empty when there is none)."""
+    lines = [
+        f"  {t.task} seed {int(r['seed'])}: {r['invalid']}"
+        for t in tasks
+        for r in t.episodes
+        if is_invalid(r)
+    ]
+    if not lines:
+        return ""
+    return "\ninvalid episodes (not trials; leave their seeds out of the bank):\n" + "\n".join(lines) + "\n"
+
+
+def latency_text(tasks: list[TaskResult]) -> str:
+    """The policy round trips per task (empty when no record carries them: records from before
+    they were recorded)."""
+    if not any(t.latency.episodes for t in tasks):
+        return ""
+    rows = [["task", "episodes timed", "round trips", "p50 ms", "p95 ms (worst episode)"]]
+    for t in tasks:
+        lat = t.latency
+        rows.append([
+            t.task, str(lat.episodes), str(lat.calls),
+            "—" if lat.p50_ms is None else f"{lat.p50_ms:.1f}",
+            "—" if lat.p95_ms is None else f"{lat.p95_ms:.1f}",
+        ])  # fmt: skip
+    return (
+        "\npolicy round trips (infer: policy compute + wire) per task; p50 is the median of its episodes'"
+        "\np50s weighted by their round trips, p95 the largest episode p95:\n" + columns(rows)
+    )
 
 
 def total_text(summary: Summary, header: str) -> str:
@@ -104,6 +143,19 @@ def total_text(summary: Summary, header: str) -> str:
     return f"{header}{legend(summary.adaptive is not None)}\n{columns(rows)}\n{totals}{adaptive}"
 
 
+def groups_text(groups: list[dict[str, Any]]) -> str:
+    """The node fingerprint groups of the records (`harness.results.load.NodeGroup.as_dict`)."""
+    if not groups:
+        return ""
+    rows = [["fingerprint", "episodes", "nodes (episodes)", "canary", "what it is"]]
+    rows += [
+        [g["id"], str(g["episodes"]), ", ".join(f"{h} ({n})" for h, n in g["hosts"].items()), g["canary"],
+         g["describe"]]
+        for g in groups
+    ]  # fmt: skip
+    return "\nnode fingerprints (<run>/fingerprints/<id>.json holds each in full):\n" + columns(rows)
+
+
 def _rate_fields(prefix: str, rate: Rate) -> dict[str, Any]:
     d = rate.as_dict()
     return {f"{prefix}": d["rate"], f"{prefix}_lo": d["lo"], f"{prefix}_hi": d["hi"], f"{prefix}_k": d["k"]}
@@ -119,8 +171,10 @@ def _task_row(t: TaskResult) -> dict[str, Any]:
         **_rate_fields("sr", t.sr),
         **_rate_fields("hsr", t.hsr),
         "errored": t.errored,
+        "invalid": t.invalid,
         "sr_mean_over_tasks": None,
         "hsr_mean_over_tasks": None,
+        **t.latency.as_dict(),
         **_verdict_fields(t),
     }
 
@@ -144,6 +198,7 @@ def _group_row(level: str, g: Group, scene: str) -> dict[str, Any]:
         **_rate_fields("sr", g.pooled_sr),
         **_rate_fields("hsr", g.pooled_hsr),
         "errored": g.errored,
+        "invalid": g.invalid,
         "sr_mean_over_tasks": g.mean_sr,
         "hsr_mean_over_tasks": g.mean_hsr,
     }
@@ -191,6 +246,7 @@ def to_json(summary: Summary, meta: dict[str, Any]) -> str:
             },
             "pooled_over_episodes": {"sr": total.pooled_sr.as_dict(), "hsr": total.pooled_hsr.as_dict()},
             "errored": total.errored,
+            "invalid": total.invalid,
         },
         "rows": rows(summary),
     }

@@ -53,7 +53,8 @@ def test_report_renders_in_chromium(tmp_path: Path) -> None:
     dom = _chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom", probe.as_uri())
     widths = re.search(r'data-imgs="([^"]*)"', dom)
     assert widths and all(int(w) > 0 for w in widths.group(1).split(",")), "chart image did not decode"
-    assert 'id="scenes"' in dom and dom.count("<tr") == 3 + 3  # scenes: head, table, TOTAL; tasks: head + 2
+    # scenes: head, table, TOTAL; node fingerprints: head + the one unknown group; tasks: head + 2
+    assert 'id="scenes"' in dom and 'id="nodes"' in dom and dom.count("<tr") == 3 + 2 + 3
     links = re.findall(r'<a class="ep (\w+)"[^>]*href="([^"]+)"', dom)
     assert len(links) == 20 and all((out / href).is_file() for _, href in links)
     pick = [kind for kind, href in links if "pick_cube" in href]

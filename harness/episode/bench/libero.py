@@ -137,11 +137,13 @@ class LiberoEpisode:
             self._env.set_init_state(init_states(task)[seed])
             for _ in range(SETTLE_STEPS - 1):
                 self._env.step(list(SETTLE_ACTION))
-        raw, _, _, _ = self._env.step(list(SETTLE_ACTION))  # renders as ever: the first observation's frames
+        raw, _, done, _ = self._env.step(list(SETTLE_ACTION))  # renders as ever: the first obs's frames
         for cam in bench.cameras:
             if not raw[f"{CAMERAS[cam]}_image"].any():
                 raise RuntimeError(f"LIBERO {cam} camera: the first observation holds a skipped frame")
-        self._raw, self._done = raw, False
+        # success() before the policy's first action: the goal already holds once the scene settled (the
+        # sim client records such an episode as not a trial)
+        self._raw, self._done = raw, bool(done)
         self._contacts = monitor_for(self._env.env)  # after the settle steps: they are not the policy's
         size = bench.params.image_size
         self.spec = {
@@ -173,6 +175,10 @@ class LiberoEpisode:
     def success(self) -> bool:
         """LIBERO's goal check after the last action (its `done`)."""
         return self._done
+
+    def physics_state(self) -> np.ndarray:
+        """MuJoCo's full state (time, qpos, qvel, ...): what a canary hashes (harness.episode.canary)."""
+        return np.asarray(self._env.env.sim.get_state().flatten(), dtype=np.float64)
 
     def collided(self) -> bool:
         return self._contacts.collided
