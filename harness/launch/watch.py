@@ -40,10 +40,11 @@ from harness.launch import pools, series
 from harness.launch.ckptscan import Checkpoint, CheckpointDir
 from harness.launch.dashboards import dashboards_from_args
 from harness.launch.drive import PoolLaunch, launch_env
-from harness.launch.preflight import first_refusal
+from harness.launch.preflight import first_failure, first_refusal
 from harness.launch.progress import progress
 from harness.launch.seriesout import publish
 
+LOAD_REFUSED = "model server exited with 2"  # the worker's line when get_model refused the checkpoint
 REFUSALS = (ContractMismatch, ManifestError, QueueFileError, SeedBankError, ValueError)
 Say = Callable[[str], None]
 
@@ -56,9 +57,9 @@ def say(line: str) -> None:
     print(f"[watch] {time.strftime('%H:%M:%S')} {line}", flush=True)
 
 
-def one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException | str) -> str:
     """A refusal's headline and its first problem, on one line."""
-    lines = [s.strip().removeprefix("- ") for s in str(exc).splitlines() if s.strip()]
+    lines = [s.strip().removeprefix("- ").rstrip(":") for s in str(exc).splitlines() if s.strip()]
     return ": ".join(lines[:2]) if len(lines) > 1 else (lines[0] if lines else type(exc).__name__)
 
 
@@ -142,9 +143,8 @@ class Watcher:
         final = progress(cur.run, cur.manifest)
         took = time.monotonic() - cur.began
         if code != 0:
-            refusal = first_refusal(cur.run.logs)
-            if refusal:
-                raise WatchRefused(f"checkpoint {cur.ckpt.path} (step {cur.ckpt.step}): {one_line(refusal)}")
+            if why := _refusal(cur.run.logs):
+                raise WatchRefused(f"checkpoint {cur.ckpt.path} (step {cur.ckpt.step}): {why}")
             self.failed.add(cur.ckpt.step)
             self.say(
                 f"step {cur.ckpt.step}: pool exited with status {code} ({final.line()}): see {cur.run.logs}"
@@ -171,6 +171,17 @@ class Watcher:
             f"checkpoints {ready} complete | runs {counts['done']} done, {counts['todo']} to do, "
             f"{counts['dropped']} dropped{now}"
         )
+
+
+def _refusal(logs: Path) -> str | None:
+    """Why the pool's workers refused the run (their input), or their model server could not load
+    the checkpoint (it exits 2 on a checkpoint its policy refuses), as one line; None otherwise."""
+    if refusal := first_refusal(logs):
+        return one_line(refusal)
+    failure = first_failure(logs) or ""
+    if LOAD_REFUSED in failure:
+        return "the policy cannot load it: " + failure.splitlines()[0].partition("cannot run: ")[2]
+    return None
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
