@@ -35,6 +35,16 @@ def step_of(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def series_prefix(ckpt_dir: Path) -> str:
+    """The default name of a directory's series of runs: its name, in the characters a run name holds."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", ckpt_dir.resolve().name).strip("-.") or "watch"
+
+
+def run_name(prefix: str, step: int) -> str:
+    """The run of a series' checkpoint at `step` (zero-padded, so names sort by step)."""
+    return f"{prefix}_step{step:07d}"
+
+
 def signature(path: Path) -> Signature | None:
     """Every file under `path` (or `path` itself) with its size and mtime; None when it is gone or
     holds no file yet."""

@@ -22,22 +22,12 @@ from pathlib import Path
 from harness.config.manifest import Manifest, load_manifest
 from harness.config.paths import run_dir
 from harness.config.rundir import RunDir
-from harness.launch.ckptscan import Checkpoint
+from harness.launch.ckptscan import Checkpoint, run_name
 from harness.launch.newrun import new_run
 from harness.launch.progress import Progress, progress
 
 DROPPED = "watch_dropped.json"
 NAME = re.compile(r"^(?P<prefix>.+)_step(?P<step>[0-9]+)$")
-
-
-def prefix_for(ckpt_dir: Path) -> str:
-    """The default run prefix: the watched directory's name, in the characters a run name may hold."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", ckpt_dir.resolve().name).strip("-.") or "watch"
-    return name
-
-
-def run_name(prefix: str, step: int) -> str:
-    return f"{prefix}_step{step:07d}"
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from harness.config.rundir import QueueFileError, RunDir
 from harness.config.seedbank import SeedBankError
 from harness.config.settings import Settings
 from harness.launch import pools, series
-from harness.launch.ckptscan import Checkpoint, CheckpointDir
+from harness.launch.ckptscan import Checkpoint, CheckpointDir, series_prefix
 from harness.launch.dashboards import dashboards_from_args
 from harness.launch.drive import PoolLaunch, launch_env
 from harness.launch.preflight import first_failure, first_refusal
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.queue.is_file():
         print(f"watch: queue file {args.queue} does not exist", file=sys.stderr)
         return REFUSED
-    prefix = args.run_prefix or series.prefix_for(args.ckpt_dir)
+    prefix = args.run_prefix or series_prefix(args.ckpt_dir)
     out = args.out or run_dir(f"{prefix}_curve")
     try:
         launch = PoolLaunch.of(Settings.from_env(os.environ), os.environ, args.nodes, args.progress_every)

@@ -14,7 +14,7 @@ import pytest
 
 from harness.config.manifest import contract_hash, load_manifest
 from harness.config.rundir import RunDir
-from harness.launch import series
+from harness.launch.ckptscan import run_name
 from harness.launch.seriesout import write_curve
 from harness.results.compare import compare
 from harness.results.load import load_run
@@ -33,7 +33,7 @@ def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "runs"
     monkeypatch.setenv("RUNS_ROOT", str(root))
     for step, tasks in OUTCOMES.items():
-        run = make_run(root / series.run_name("tr", step), [("s1", "t1"), ("s1", "t2")])
+        run = make_run(root / run_name("tr", step), [("s1", "t1"), ("s1", "t2")])
         pool_env(run, EVAL_TEST_NUM="8")  # creates the run under the fast pool's knobs
         digest = contract_hash(load_manifest(run.root))
         recs = [
@@ -76,4 +76,4 @@ def test_curve_has_rates_with_intervals_and_the_paired_verdict_of_compare_runs(
 
 
 def series_run(runs: Path, step: int) -> RunDir:
-    return RunDir(runs / series.run_name("tr", step))
+    return RunDir(runs / run_name("tr", step))
