@@ -235,3 +235,37 @@ def test_bad_input_is_one_clear_line_and_exit_2(snapshot: Path, env: dict[str, s
     [line] = refused.stderr.splitlines()
     assert line.startswith(f"watch: checkpoint {ckpts / 'step_500'} (step 500): the policy cannot load it:")
     assert "not a ckpt_sleep checkpoint (kind 'other')" in line
+
+
+def test_a_failing_dashboard_never_fails_the_eval_nor_shows_a_secret(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """TensorBoard on, W&B on but unable to start (its dir is a file); a key in `.env`, as a user
+    keeps it. The eval completes (exit 0), W&B's failure is one warning, TensorBoard's event files
+    hold the point, and the key is in no output and no file written."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    secret = "wandb_v1_SECRETKEY0123456789abcdef"
+    repo = copy_code(tmp_path / "repo")
+    (repo / ".env").write_text(f"WANDB_API_KEY={secret}\n")
+    save(tmp_path / "ckpts", 1000)
+    (tmp_path / "not_a_dir").write_text("")
+    extra = (
+        "--tensorboard",
+        str(tmp_path / "tb"),
+        "--wandb-project",
+        "p",
+        "--wandb-dir",
+        str(tmp_path / "not_a_dir"),
+    )
+    done = watch(repo, tmp_path, {**env, "WANDB_MODE": "offline"}, "--settle", "0.3", "--once", *extra)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "step 1000: 4/4 episodes, 2/2 units: complete" in done.stdout
+    assert "warning: wandb logger: " in done.stdout
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("eval/SR")] == [(1000, 0.5)]  # seeds 1 of 0, 1
+    assert secret not in done.stdout + done.stderr
+    written = [p for d in ("runs", "tb") for p in (tmp_path / d).rglob("*") if p.is_file()]
+    assert any(p.name == "curve.json" for p in written)
+    assert not [p for p in written if secret.encode() in p.read_bytes()]
