@@ -24,6 +24,7 @@ import itertools
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -57,7 +58,8 @@ def train(args: argparse.Namespace, out: Path, watched: dict[str, float] | None)
     while proc.poll() is None:
         if watched is not None and (out / "checkpoints").is_dir():
             for path in (out / "checkpoints").iterdir():
-                watched.setdefault(path.name, time.monotonic())
+                if re.fullmatch(r"step_\d+", path.name):  # not step_N.tmp, being written
+                    watched.setdefault(path.name, time.monotonic())
         time.sleep(0.2)
     reader.join(10)
     if proc.returncode != 0:
@@ -96,7 +98,7 @@ def main() -> int:
         ckpts = work / "watched" / "checkpoints"
         ckpts.mkdir(parents=True)
         watch = ["bash", str(ROOT / "orchestrators" / "watch.sh"), str(ckpts), "--queue", str(queue),
-                 "--nodes", str(args.nodes), "--settle", str(args.settle), "--idle-exit", "15",
+                 "--nodes", str(args.nodes), "--settle", str(args.settle),
                  "--progress-every", "30", "--run-prefix", "bench"]  # fmt: skip
         if args.nice:
             watch = ["nice", "-n", str(args.nice), *watch]
@@ -108,26 +110,31 @@ def main() -> int:
         watched = train(args, work / "watched", appeared)
         trained = time.monotonic()
         print(f"trainer watched: median step {1000 * statistics.median(watched):.1f} ms", flush=True)
-        tables: dict[int, float] = {}
-        while proc.poll() is None:
-            for path in (work / "runs" / "bench_curve").glob("bench_step*/results.csv"):
-                tables.setdefault(int(path.parent.name.removeprefix("bench_step")), time.monotonic())
+
+        def tables() -> dict[int, float]:  # when the watcher said a checkpoint's table was written
+            found = [(t, re.match(r"\[watch\] \S+ step (\d+): SR ", line)) for t, line in list(lines)]
+            return {int(m.group(1)): t for t, m in found if m}
+
+        deadline = time.monotonic() + 3600
+        while proc.poll() is None and len(tables()) < len(appeared) and time.monotonic() < deadline:
             time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)  # the watcher stops its pool (none left running by now)
+        proc.wait(60)
         reader.join(10)
         for _, line in lines:
             print(f"  {line}")
-        if proc.returncode != 0:
-            sys.exit(f"watch benchmark: the watcher exited with {proc.returncode}")
+        table_at = tables()
+        if len(table_at) < len(appeared):
+            sys.exit(f"watch benchmark: {len(appeared) - len(table_at)} checkpoint(s) without a table")
         evals = {int(m.group(1)): float(m.group(2)) for _, line in lines
                  if (m := re.search(r"step (\d+): .*complete in ([\d.]+) s", line))}  # fmt: skip
         lags, waits = [], []
-        for name, at in sorted(appeared.items()):
-            step = int(name.removeprefix("step_"))
-            if step in tables:
-                lag = tables[step] - at
+        for step, at in sorted((int(name.removeprefix("step_")), at) for name, at in appeared.items()):
+            if step in table_at:
+                lag = table_at[step] - at
                 lags.append(lag)
                 waits.append(lag - evals.get(step, 0.0))
-                done = "after training" if tables[step] > trained else "during training"
+                done = "after training" if table_at[step] > trained else "during training"
                 print(
                     f"step {step}: table {lag:.1f} s after the save ({done}); eval {evals.get(step, 0):.1f} s"
                 )

@@ -30,6 +30,7 @@ from typing import Any
 
 from harness.config.failures import Failed, Refused
 from harness.config.paths import CODE_ROOT
+from harness.config.settings import Settings
 from harness.launch.ckptscan import run_name, series_prefix, step_of
 
 DEFAULT_QUEUES = {"maniskill": "seeds/maniskill_queue.txt"}
@@ -141,7 +142,7 @@ def evaluate(
     `episodes` is EVAL_TEST_NUM (seeds per task), `benchmark` BENCHMARK, `policy` POLICY; every
     other knob comes from `knobs`, then the environment. `queue` defaults to the benchmark's queue
     file (seeds/maniskill_queue.txt for ManiSkill3). Raises EvaluateRefused at once when the
-    checkpoint or the queue does not exist; everything else is checked by the job and raised by
+    checkpoint or the queue does not exist, or a knob is refused; the rest is checked by the job and raised by
     `result()`."""
     env = dict(os.environ)
     env.update(knobs or {})
@@ -149,7 +150,13 @@ def evaluate(
     if not ckpt.exists():
         raise EvaluateRefused(f"checkpoint {ckpt_dir} does not exist")
     root = Path(env.get("EVAL_ROOT") or CODE_ROOT)
-    bench = benchmark or env.get("BENCHMARK") or "maniskill"
+    given = (("BENCHMARK", benchmark), ("EVAL_TEST_NUM", episodes), ("POLICY", policy),
+             ("BENCH_CONFIG", bench_config), ("POOL_NODES", nodes))  # fmt: skip
+    env.update({k: str(v) for k, v in given if v is not None})
+    try:  # every knob checked here, once: a bad one is refused before anything starts
+        bench = Settings.from_env(env).benchmark
+    except ValueError as exc:
+        raise EvaluateRefused(" ".join(str(exc).split())) from None
     if queue is None and bench not in DEFAULT_QUEUES:
         raise EvaluateRefused(f"benchmark {bench}: no default queue file, pass queue=...")
     queue_file = Path(queue) if queue is not None else root / DEFAULT_QUEUES[bench]
@@ -158,9 +165,7 @@ def evaluate(
     name, prefix = names_for(ckpt)
     name = run or name
     runs = Path(runs_root or env.get("RUNS_ROOT") or root / "runs").resolve()
-    env.update(CKPT_NAME=str(ckpt), BENCHMARK=bench, RUNS_ROOT=str(runs), STUDY_RUN=name)
-    env.update({k: str(v) for k, v in (("EVAL_TEST_NUM", episodes), ("POLICY", policy),
-               ("BENCH_CONFIG", bench_config), ("POOL_NODES", nodes)) if v is not None})  # fmt: skip
+    env.update(CKPT_NAME=str(ckpt), RUNS_ROOT=str(runs), STUDY_RUN=name)
     env.setdefault("PYTHONPATH", str(root))
     curve = runs / f"{prefix or name}_curve"
     out = curve / name

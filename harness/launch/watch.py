@@ -84,12 +84,20 @@ class Watcher:
     failed: set[int] = field(default_factory=set)  # steps whose pool failed in this session
     current: InFlight | None = None
     finished: int = 0
+    _states: dict[int, str] | None = None
+
+    def states(self) -> dict[int, str]:
+        """Each run's state by step, read from the run dirs when something changed since the last read
+        (a checkpoint completed or went, a pool started or ended), so an idle watcher reads no records."""
+        if self._states is None:
+            self._states = {r.step: r.state for r in series.series(self.prefix)}
+        return self._states
 
     def pending(self) -> list[Checkpoint]:
-        """Complete checkpoints whose run is not done (nor dropped), newest first."""
-        state = {r.step: r.state for r in series.series(self.prefix)}
-        ready = self.ckpts.complete.values()
-        return sorted((c for c in ready if state.get(c.step) == "todo" or c.step not in state), reverse=True)
+        """Complete checkpoints whose run is not done, newest first (a dropped one that came back
+        resumes its run)."""
+        state = self.states()
+        return sorted((c for c in self.ckpts.complete.values() if state.get(c.step) != "done"), reverse=True)
 
     def todo(self) -> list[Checkpoint]:
         """`pending()` less the checkpoints whose pool failed in this session (retried on restart)."""
@@ -98,11 +106,14 @@ class Watcher:
     def step(self) -> bool:
         """One look and one scheduling decision; False once there is nothing left to do now."""
         scan = self.ckpts.look()
+        if scan.complete or scan.deleted:
+            self._states = None
         for ckpt in scan.complete:
             self.say(f"checkpoint step {ckpt.step} complete ({ckpt.path.name})")
         for ckpt in scan.deleted:
             self._deleted(ckpt)
         if self.current is not None and (code := pools.finished(self.current.pool)) is not None:
+            self._states = None
             self._ended(code)
         if self.current is None and (todo := self.todo()):
             self._start(todo[0])
@@ -114,13 +125,16 @@ class Watcher:
             pools.terminate_all()
             done = progress(cur.run, cur.manifest)
             series.mark_dropped(cur.run, ckpt, done)
+            self._states = None
             self.say(
                 f"checkpoint step {ckpt.step} deleted while evaluated: pool stopped, {done.line()} kept "
                 f"in {cur.run.name} (marked dropped)"
             )
             self.current = None
+        elif self.states().get(ckpt.step) == "done":
+            self.say(f"checkpoint step {ckpt.step} deleted ({ckpt.path.name}) after its eval: its run stays")
         else:
-            self.say(f"checkpoint step {ckpt.step} deleted ({ckpt.path.name}): dropped")
+            self.say(f"checkpoint step {ckpt.step} deleted ({ckpt.path.name}) before its eval: dropped")
 
     def _start(self, ckpt: Checkpoint) -> None:
         try:
@@ -128,12 +142,14 @@ class Watcher:
         except REFUSALS as exc:
             raise WatchRefused(f"checkpoint {ckpt.path} (step {ckpt.step}): {one_line(exc)}") from None
         left = progress(run, manifest)
-        if left.complete:
+        if left.complete:  # completed meanwhile (by a pool a killed watcher left running)
+            self._states = None
             return
         env = launch_env(run, manifest, os.environ)
         pool = pools.Pool(run, self.launch.nodes, env, f"watch-{ckpt.step}")
         started = pools.start(pool, self.launch.launcher, self.launch.eval_root, self.launch.srun_args)
         self.current = InFlight(ckpt, run, manifest, started, time.monotonic())
+        self._states = None
         where = f"{self.launch.launcher} pool of {pool.nodes} node(s) on {run.name}"
         self.say(f"step {ckpt.step}: {where}: {left.line()}")
 
@@ -161,8 +177,8 @@ class Watcher:
             board.log(point)
 
     def status_line(self) -> str:
-        runs = series.series(self.prefix)
-        counts = {s: sum(1 for r in runs if r.state == s) for s in ("done", "todo", "dropped")}
+        states = list(self.states().values())
+        counts = {s: states.count(s) for s in ("done", "todo", "dropped")}
         ready = len(self.ckpts.complete)
         now = ""
         if (cur := self.current) is not None:
