@@ -4,9 +4,9 @@ Weights & Biases, beside the training curves.
 Both are optional (off unless asked) and neither may block or fail an eval: every call runs in a
 worker thread with a time limit, and any error (the package missing, a network failure, a full disk)
 is one warning line, its text scrubbed of every secret-looking value of the environment. The W&B
-run is offline unless WANDB_MODE says otherwise, and resumes the trainer's run id when given; the
+run is offline unless `--wandb-mode online`, and resumes the trainer's run id when given; the
 eval's metrics are keyed by `eval/train_step`, so a checkpoint evaluated out of order (newest first)
-still lands at its own step. No key is ever passed to wandb by us: it reads WANDB_API_KEY itself.
+still lands at its own step. No key is ever passed to wandb by us: it reads its API key itself.
 """
 
 from __future__ import annotations
@@ -136,16 +136,18 @@ class TensorBoard(Guarded):
 
 
 class WandB(Guarded):
-    """One wandb run (the trainer's, resumed when `run_id` is given), offline unless WANDB_MODE says
-    otherwise; a point is logged with `eval/train_step` as its x axis, plus up to two videos."""
+    """One wandb run (the trainer's, resumed when `run_id` is given), offline unless `mode` says
+    online; a point is logged with `eval/train_step` as its x axis, plus up to two videos."""
 
     name = "wandb"
 
     def __init__(
-        self, project: str, run_id: str | None, directory: Path, say: Say, limit_s: float = LIMIT_S
-    ) -> None:
+        self, project: str, run_id: str | None, directory: Path, say: Say, mode: str = "offline",
+        limit_s: float = LIMIT_S,
+    ) -> None:  # fmt: skip
         super().__init__(say, limit_s)
         self.project, self.run_id, self.directory, self.run = project, run_id, directory, None
+        self.mode = mode
 
     def _start(self) -> Any:
         import wandb
@@ -153,7 +155,7 @@ class WandB(Guarded):
         self.directory.mkdir(parents=True, exist_ok=True)
         run = wandb.init(
             project=self.project, id=self.run_id, resume="allow" if self.run_id else None,
-            mode=os.environ.get("WANDB_MODE") or "offline", dir=str(self.directory), reinit="create_new",
+            mode=self.mode, dir=str(self.directory), reinit="create_new",
         )  # fmt: skip
         run.define_metric("eval/train_step")
         run.define_metric("eval/*", step_metric="eval/train_step")
@@ -180,5 +182,6 @@ def dashboards_from_args(args: argparse.Namespace, out: Path, say: Say) -> list[
     if args.tensorboard:
         boards.append(TensorBoard(args.tensorboard, say))
     if args.wandb_project:
-        boards.append(WandB(args.wandb_project, args.wandb_run_id, args.wandb_dir or out, say))
+        mode = getattr(args, "wandb_mode", None) or "offline"
+        boards.append(WandB(args.wandb_project, args.wandb_run_id, args.wandb_dir or out, say, mode))
     return boards

@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tensorboard", type=Path)
     p.add_argument("--wandb-project")
     p.add_argument("--wandb-run-id")
+    p.add_argument("--wandb-mode", choices=("offline", "online"), default="offline")
     p.add_argument("--wandb-dir", type=Path)
     args = p.parse_args(argv)
     run = RunDir(run_dir(args.run).resolve())

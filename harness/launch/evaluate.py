@@ -135,6 +135,7 @@ def evaluate(
     tensorboard: str | os.PathLike[str] | None = None,
     wandb_project: str | None = None,
     wandb_run_id: str | None = None,
+    wandb_mode: str = "offline",
     niceness: int = 10,
 ) -> Evaluation:
     """Start the eval of the checkpoint `ckpt_dir` in the background and return its handle at once.
@@ -181,7 +182,7 @@ def evaluate(
     ]
     argv += ["--out", str(out)] + (["--series", prefix] if prefix else [])
     for flag, value in (("--tensorboard", tensorboard), ("--wandb-project", wandb_project),
-                        ("--wandb-run-id", wandb_run_id)):  # fmt: skip
+                        ("--wandb-run-id", wandb_run_id), ("--wandb-mode", wandb_mode)):  # fmt: skip
         argv += [flag, str(value)] if value else []
     log = out / f"evaluate-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
     with open(log, "ab") as sink:

@@ -13,7 +13,7 @@ the run dirs, so re-running the same command resumes and never runs a finished r
 run: its tables (organize_results), the learning curve over the series (curve.csv, curve.json,
 curve.html with each checkpoint's paired verdict against the best so far) under --out, and, when
 asked, the point logged to TensorBoard (--tensorboard DIR) and W&B (--wandb-project, offline unless
-WANDB_MODE says otherwise).
+--wandb-mode online).
 
 Exit status: 0 when it stopped with nothing left (--once, --idle-exit), 2 for bad input (a missing
 directory or queue, a checkpoint the policy cannot load, knobs that differ from the series' runs:
@@ -219,7 +219,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--out", type=Path, help="curve and tables (default: $RUNS_ROOT/<prefix>_curve)")
     p.add_argument("--tensorboard", type=Path, metavar="DIR", help="also write TensorBoard event files here")
-    p.add_argument("--wandb-project", help="also log to this W&B project (WANDB_MODE, default offline)")
+    p.add_argument("--wandb-project", help="also log to this W&B project")
+    p.add_argument("--wandb-mode", choices=("offline", "online"), default="offline", help="(offline)")
     p.add_argument("--wandb-run-id", help="the trainer's W&B run id, resumed so the eval lands beside it")
     p.add_argument("--wandb-dir", type=Path, help="where wandb writes its files (default: --out)")
     return p.parse_args(argv)

@@ -258,10 +258,11 @@ def test_a_failing_dashboard_never_fails_the_eval_nor_shows_a_secret(
         "--wandb-dir",
         str(tmp_path / "not_a_dir"),
     )
-    done = watch(repo, tmp_path, {**env, "WANDB_MODE": "offline"}, "--settle", "0.3", "--once", *extra)
+    done = watch(repo, tmp_path, env, "--settle", "0.3", "--once", *extra)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "step 1000: 4/4 episodes, 2/2 units: complete" in done.stdout
-    assert "warning: wandb logger: " in done.stdout
+    failed = f"FileExistsError: [Errno 17] File exists: '{tmp_path / 'not_a_dir'}'"
+    assert f"warning: wandb logger: step 1000 failed: {failed}" in done.stdout
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("eval/SR")] == [(1000, 0.5)]  # seeds 1 of 0, 1
