@@ -94,13 +94,29 @@ def test_wandb_offline_resumes_the_trainers_run_and_logs_by_train_step(
     board.log(POINT)
     board.close()
     assert said == []
-    rows = wandb_records(tmp_path)
+    rows = settled_records(tmp_path)
     evals = [row for run_id, row in rows if run_id == "trainer-abc" and "eval/SR" in row]
     assert len(evals) == 1
     assert evals[0]["eval/train_step"] == 2000 and evals[0]["eval/SR"] == pytest.approx(0.75)
     assert evals[0]["eval/SR_lo"] == pytest.approx(0.3) and evals[0]["eval/dSR_vs_best"] == pytest.approx(0.5)
     assert evals[0]["eval/s1/t1/HSR"] == pytest.approx(0.5)
     assert any(row.get("train/loss") == 0.5 for run_id, row in rows if run_id == "trainer-abc")
+
+
+def settled_records(root: Path, timeout: float = 30.0) -> list[tuple[str, dict]]:
+    """`wandb_records` once both runs' files are whole: wandb's service may still be writing a run's
+    file (empty, so far: "header is 0 bytes") after `finish()` returned."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            rows = wandb_records(root)
+            if any("eval/SR" in row for _, row in rows) and any("train/loss" in row for _, row in rows):
+                return rows
+        except AssertionError:  # DataStore's own check of a file not yet written
+            pass
+        if time.monotonic() > deadline:
+            return wandb_records(root)
+        time.sleep(0.3)
 
 
 class Exploding(Guarded):
