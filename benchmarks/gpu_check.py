@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import batching  # noqa: E402
+from harness.config.settings import Settings  # noqa: E402
 from harness.node.sizing import detect, size_node  # noqa: E402
 from harness.wire.client import PolicyClient  # noqa: E402
 from harness.wire.errors import WireError  # noqa: E402
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.seconds <= 0:
         p.error("--seconds must be > 0")
     resources = detect()
-    sizing = size_node(resources)
+    sizing = size_node(resources, Settings.from_env(os.environ))
     print(f"node {sizing.why}", flush=True)
     python = model_python()
     gpus, seen = torch_devices(python)

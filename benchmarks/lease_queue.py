@@ -34,10 +34,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.config.plan import open_queue
 from harness.config.rundir import Cell, RunDir
+from harness.config.settings import Settings
 from harness.queue.listing import scan
 from harness.queue.units import Unit, split
+from harness.runqueue import open_queue
 
 COUNTED = ("mkdir", "rmdir", "rename", "open", "unlink", "utime", "listdir", "scandir", "stat", "lstat")
 COUNTED += ("fstat", "write")
@@ -71,7 +72,7 @@ def fs_ops(counts: Counter) -> int:
 
 
 def worker(run: RunDir, units: list[Unit], wid: int, durations: dict[str, float], gate, out) -> None:
-    queue = open_queue(run, f"bench{wid}", units, random.Random(wid))
+    queue = open_queue(run, f"bench{wid}", Settings.from_env(os.environ), units, random.Random(wid))
     counts = count_fs_ops()
     gate.wait()
     cpu = time.process_time()

@@ -21,7 +21,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.config.failures import Refused, run_command
 from harness.config.settings import Settings
 from harness.config.simstack import sim_stack
 from harness.episode.bench.libero_scenes import (
@@ -33,6 +32,7 @@ from harness.episode.bench.libero_scenes import (
     load_reference,
 )
 from harness.episode.bench.libero_suite import PINNED_MUJOCO, suite_tasks
+from harness.process.failures import Refused, run_command
 
 CHUNK = 5  # tasks a process takes at a time: libero_90's 90 would leave the other processes idle
 

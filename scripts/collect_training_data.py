@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from harness.config import knobs
-from harness.config.failures import run_command
 from harness.launch.precollect import Pair, run_pairs
+from harness.process.failures import run_command
 from policy.reference.features import IMAGE_RES, downsample, goal_of
 from training.datacard import CARD_NAME, check_disjoint, write_card
 

@@ -1,5 +1,6 @@
 """Compare two runs paired on the (scene, task, seed) trials both have: SR/HSR difference per task and in
-total with Newcombe's paired 95% interval, exact McNemar p-values, and every flipped seed with both videos.
+total with Newcombe's paired 95% interval, exact McNemar p-values, per-task verdicts (better / worse / no
+difference, Holm-adjusted over the tasks), and every flipped seed with both videos.
 
 Example: compare_runs.py run_ckpt_a run_ckpt_b --html /tmp/a_vs_b.html
 """
@@ -12,11 +13,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.config.failures import run_command
+from harness.process.failures import run_command
 from harness.results import ResultsError
 from harness.results.compare import compare
 from harness.results.compare_render import to_html, to_json, to_text
 from harness.results.load import load_run, resolve_run
+from harness.results.verdicts import ALPHA
 
 
 def main() -> int:
@@ -27,7 +29,12 @@ def main() -> int:
     parser.add_argument("b", help="run B (differences are B − A)")
     parser.add_argument("--json", type=Path, help="also write the comparison as JSON here")
     parser.add_argument("--html", type=Path, help="also write a page whose flipped seeds link both videos")
+    parser.add_argument(
+        "--alpha", type=float, default=ALPHA, help=f"level of the per-task verdicts (default {ALPHA})"
+    )
     args = parser.parse_args()
+    if not 0 < args.alpha < 1:
+        parser.error(f"--alpha must be in (0, 1), got {args.alpha}")
     try:
         loaded = []
         for name in (args.a, args.b):
@@ -36,7 +43,7 @@ def main() -> int:
             loaded.append(load_run(run))
             for warning in loaded[-1].warnings():
                 print(f"warning: {run.name}: {warning}", file=sys.stderr)
-        comparison = compare(*loaded)
+        comparison = compare(*loaded, alpha=args.alpha)
     except ResultsError as exc:
         print(f"compare_runs: {exc}", file=sys.stderr)
         return 2

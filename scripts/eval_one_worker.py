@@ -26,7 +26,6 @@ import os
 import sys
 from pathlib import Path
 
-from harness.config.failures import run_command
 from harness.config.manifest import ContractMismatch, ManifestError
 from harness.config.paths import run_dir
 from harness.config.rundir import QueueFileError, RunDir
@@ -34,6 +33,8 @@ from harness.config.seedbank import SeedBankError
 from harness.config.settings import Settings
 from harness.launch.debug import results_text, run_debug
 from harness.launch.debug_episode import run_inprocess
+from harness.process.failures import run_command
+from harness.wire.errors import WireError
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -94,4 +95,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_command("eval_one_worker", main))
+    sys.exit(run_command("eval_one_worker", main, failures=(WireError,)))

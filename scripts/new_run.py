@@ -16,18 +16,21 @@ differing knob with both values), 1 failed (a disk or peer error, naming it).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from harness.config.contract import verify_environment
-from harness.config.failures import run_command
 from harness.config.manifest import ContractMismatch, Manifest, ManifestError, contract_hash
 from harness.config.paths import run_dir
-from harness.config.plan import run_units
 from harness.config.rundir import QueueFileError, RunDir
 from harness.config.seedbank import SeedBankError
+from harness.config.settings import Settings
 from harness.config.validate import run_arg_problem
+from harness.episode.serverdial import probe
 from harness.launch.newrun import new_fillin, new_run
+from harness.process.failures import run_command
+from harness.runqueue import run_units
 
 
 def _summary(run_dir: str, manifest: Manifest) -> str:
@@ -63,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     run = run_dir(args.run)
     try:
         if args.verify:
-            print(verify_environment(run))
+            print(verify_environment(run, probe=probe(Settings.from_env(os.environ))))
             return 0
         if args.fill_in:
             manifest = new_fillin(run, args.test_num, args.seeds_root)

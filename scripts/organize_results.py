@@ -12,7 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.config import knobs
-from harness.config.failures import run_command
+from harness.process.failures import run_command
 from harness.results import ResultsError
 from harness.results.organize import Options, organize
 from harness.results.videos import VIDEO_MODES

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from harness.config import knobs
-from harness.config.failures import run_command
 from harness.launch.precollect import Pair, run_pairs, write_queue
+from harness.process.failures import run_command
 
 SHIPPED_TASKS = [
     "PickCube",

@@ -73,6 +73,15 @@ if [ ! -f "$STAMPS/mikasa.$MIKASA_PIN" ]; then
   rm -f "$STAMPS/mikasa".*
   touch "$STAMPS/mikasa.$MIKASA_PIN"
 fi
+# MetaWorld's scripted policies for policy/metaworld_oracle, in the model env: the package without its
+# dependencies (gymnasium, MuJoCo: the oracle imports only its numpy policies), at the sim env's pin.
+MW_PIN="$(grep -E '^metaworld==' "$EVAL_ROOT/requirements/sim.txt")"
+if [ ! -f "$STAMPS/model-metaworld.$MW_PIN" ]; then
+  log "model env: $MW_PIN (--no-deps)"
+  "$MODEL_PY" -m pip install -q --no-deps "$MW_PIN"
+  rm -f "$STAMPS/model-metaworld".*
+  touch "$STAMPS/model-metaworld.$MW_PIN"
+fi
 # Local wheelhouse for SIM_PIN (offline installs on nodes; the pin tests use two sapien builds).
 WHEELHOUSE_PINS=(sapien==3.0.2 sapien==3.0.3 "setuptools<81")
 wh_stamp="$(echo "${WHEELHOUSE_PINS[*]}" | sha256sum | cut -c1-16)"

@@ -9,6 +9,7 @@ Example: status.py my_run --watch
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -18,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console
 from rich.live import Live
 
-from harness.config.failures import run_command
+from harness.config.settings import Settings
+from harness.process.failures import run_command
 from harness.results import ResultsError
 from harness.results.load import resolve_run
 from harness.results.status import collect
@@ -35,16 +37,17 @@ def main() -> int:
     args = parser.parse_args()
     if args.interval <= 0:
         parser.error(f"--interval {args.interval}: expected a positive number of seconds")
+    settings = Settings.from_env(os.environ)  # the queue's timing knobs judge the leases
     console = Console() if sys.stdout.isatty() else Console(width=160)  # a pipe or log: no 80-column wrap
     try:
         run = resolve_run(args.run)
         if not args.watch:
-            console.print(render(collect(run)))
+            console.print(render(collect(run, settings)))
             return 0
-        with Live(render(collect(run)), console=console, auto_refresh=False) as live:
+        with Live(render(collect(run, settings)), console=console, auto_refresh=False) as live:
             while True:
                 time.sleep(args.interval)
-                live.update(render(collect(run)), refresh=True)
+                live.update(render(collect(run, settings)), refresh=True)
     except ResultsError as exc:
         print(f"status: {exc}", file=sys.stderr)
         return 2

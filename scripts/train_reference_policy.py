@@ -22,7 +22,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.config.failures import run_command
+from harness.process.failures import run_command
 from training.trainer import Trainer, TrainSettings
 
 

@@ -15,6 +15,9 @@ from pathlib import Path
 
 HARNESS = Path(__file__).resolve().parents[1] / "harness"
 SHARED_FILE_NAMES = {"__init__.py", "vlaeval.py"}
+# aliases of modules that moved to harness/process/, kept until the model server's files import
+# from there (issue 58)
+MOVED = {"config/failures.py", "config/stopsignals.py"}  # removed by the transport change
 
 
 def _shared(names: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -33,7 +36,7 @@ def test_no_two_harness_classes_share_a_name() -> None:
 def test_no_two_harness_modules_share_a_file_name() -> None:
     modules: dict[str, list[str]] = defaultdict(list)
     for path in sorted(HARNESS.rglob("*.py")):
-        if path.name not in SHARED_FILE_NAMES:
+        if path.name not in SHARED_FILE_NAMES and path.relative_to(HARNESS).as_posix() not in MOVED:
             modules[path.name].append(str(path.relative_to(HARNESS)))
     assert _shared(modules) == {}
 

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.fingerprint import METHOD, fingerprint
-from harness.config.knobs import KNOBS, contract_knobs, get_int
+from harness.config.knobs import KNOBS, contract_knobs, get, get_int
 from harness.config.manifest import ContractMismatch, ManifestError, bank_entry, contract_hash, load_manifest
 from harness.config.paths import CODE_ROOT, bundle_root, resolve_checkpoint
-from harness.config.policyserver import policy_server_section
+from harness.config.policyserver import ServerProbe, policy_server_section
 from harness.config.rundir import Cell, RunDir, read_queue
 from harness.config.seedbank import SeedBankError, bank_sha256, read_bank, resolve_root, uses_bank
 from harness.config.simstack import sim_stack
@@ -53,8 +53,11 @@ def _seeds_section(knobs: Mapping[str, str], cells: list[Cell], bundle: str) -> 
     }
 
 
-def build_contract(cells: list[Cell], env: Mapping[str, str]) -> dict[str, Any]:
-    """The contract section the environment `env` implies for a run over `cells`."""
+def build_contract(
+    cells: list[Cell], env: Mapping[str, str], probe: ServerProbe | None = None
+) -> dict[str, Any]:
+    """The contract section the environment `env` implies for a run over `cells`; `probe` reads an
+    external policy server's section (`harness.episode.serverdial.probe`: this module dials none)."""
     knobs = contract_knobs(env)
     bundle = str(bundle_root(env))
     ckpt = resolve_checkpoint(knobs["CKPT_NAME"], env)
@@ -66,7 +69,7 @@ def build_contract(cells: list[Cell], env: Mapping[str, str]) -> dict[str, Any]:
         "code": {"paths": list(CODE_PATHS), "sha256": code_sha256()},
         "sim_stack": sim_stack(knobs["BENCHMARK"], knobs["SIM_PIN"]),
     }
-    server = policy_server_section(env)  # an external policy server: what it announced
+    server = policy_server_section(get("POLICY_SERVER", env), probe)  # what an external one announced
     if server is not None:
         contract["policy_server"] = server
     return contract
@@ -171,11 +174,14 @@ def _sim_pin_problems(sim_pin: str) -> list[str]:
 
 
 def verify_environment(
-    run_dir: Path | str, env: Mapping[str, str] = os.environ, check_installed: bool = True
+    run_dir: Path | str,
+    env: Mapping[str, str] = os.environ,
+    check_installed: bool = True,
+    probe: ServerProbe | None = None,
 ) -> str:
     """The contract hash, after checking `env` against the run's manifest (`check_installed`: also
     that this Python has SIM_PIN and the run's simulator stack installed, which only a sim env
-    has: a launcher's check leaves them to the workers)."""
+    has: a launcher's check leaves them to the workers; `probe`: reads POLICY_SERVER's section)."""
     run = RunDir(Path(run_dir))
     manifest = load_manifest(run.root)
     cells = read_queue(run.queue)
@@ -187,7 +193,7 @@ def verify_environment(
         expected["knobs"]["SEEDS_ROOT"] = seeds_root
         expected["seeds"] = entry[0]
     try:
-        actual = build_contract(cells, env)
+        actual = build_contract(cells, env, probe)
     except (SeedBankError, ManifestError, FileNotFoundError) as exc:
         raise ContractMismatch(f"cannot verify the environment against {run.manifest}:", [str(exc)]) from None
     adopt_unit_seeds(expected, actual)

@@ -12,8 +12,7 @@ import getpass
 import os
 import shutil
 import socket
-import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,22 +31,12 @@ from harness.config.manifest import (
     now_iso_seconds,
     write_manifest,
 )
-from harness.config.paths import CODE_ROOT, bundle_root, resolve_checkpoint
+from harness.config.paths import bundle_root, resolve_checkpoint
 from harness.config.plan import resolve_unit_seeds
+from harness.config.policyserver import ServerProbe
 from harness.config.rundir import QueueFileError, RunDir, read_queue
 from harness.config.seedbank import resolve_root
 from harness.config.stoprule import BASELINE_INFO, check_stop_rule
-
-
-def _git_version() -> dict[str, str]:
-    def git(*args: str) -> str:
-        result = subprocess.run(
-            ["git", "-C", str(CODE_ROOT), *args], capture_output=True, text=True, timeout=20, check=False
-        )
-        return result.stdout.strip() if result.returncode == 0 else ""
-
-    commit = git("rev-parse", "HEAD")
-    return {"git_commit": commit, "git_describe": git("describe", "--always", "--dirty")} if commit else {}
 
 
 def create_run(
@@ -55,14 +44,19 @@ def create_run(
     queue_file: Path | str,
     env: Mapping[str, str] = os.environ,
     step_limits: Mapping[str, int] | None = None,
+    probe: ServerProbe | None = None,
+    code_version: Callable[[], Mapping[str, str]] | None = None,
 ) -> Manifest:
     """`step_limits`: each task's episode step limit where the benchmark says (kept in `info`: the
-    expected cost of units nobody has run yet, `harness.worker.episode_costs`)."""
+    expected cost of units nobody has run yet, `harness.worker.episode_costs`); `probe`: reads
+    POLICY_SERVER's section (`harness.episode.serverdial.probe`); `code_version`: gives the code's git
+    commit and description, kept in `info`, when the run is written (the launcher asks git:
+    nothing here starts a process)."""
     run = RunDir(Path(run_dir))
     cells = read_queue(Path(queue_file))
     if not cells:
         raise QueueFileError(f"queue file {queue_file} lists no units")
-    contract = build_contract(cells, env)
+    contract = build_contract(cells, env, probe)
     n = eval_test_num(env)
     check_bank_size(n, contract["seeds"], contract["knobs"]["SEEDS_ROOT"])
     try:
@@ -96,7 +90,7 @@ def create_run(
             "unit_split": unit_split,
             **({"step_limits": dict(step_limits)} if step_limits else {}),
             **({BASELINE_INFO: rule.baseline_path} if rule.baseline_path else {}),
-            **_git_version(),
+            **(code_version() if code_version else {}),
         },
     )
     try:

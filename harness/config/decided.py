@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.rundir import RunDir
-from harness.queue.units import safe_key
+from harness.pathnames import safe_key
 
 
 def cell_key(scene: str, task: str) -> str:

@@ -14,7 +14,6 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from harness.config.failures import run_command
 from harness.config.knobtypes import (
     FLAG,
     MAPPING,
@@ -27,6 +26,7 @@ from harness.config.knobtypes import (
     number,
     seconds,
 )
+from harness.process.failures import run_command
 from harness.wire.frames import DEFAULT_MAX_FRAME
 from harness.wire.local import UNIX_MODES
 from harness.wire.shm import SHM_MODES
@@ -66,8 +66,9 @@ KNOBS: dict[str, Knob] = {
         Knob("POLICY_ARGS", "", "extra `key=value` overrides of deploy_policy.yml, space separated",
              accepts=WORDS),
         Knob("BENCHMARK", "maniskill",
-             "benchmark: `maniskill`, `libero`, `vla-eval:module:Class` or `module:Class`"),
-        Knob("BENCH_CONFIG", "clean", "task config: ManiSkill level (clean, clutter3, ...), LIBERO suite"),
+             "benchmark: `maniskill`, `libero`, `metaworld`, `vla-eval:module:Class` or `module:Class`"),
+        Knob("BENCH_CONFIG", "clean",
+             "task config: ManiSkill level (clean, clutter3, ...), LIBERO suite, MetaWorld MT10/MT50"),
         Knob("BENCH_PARAMS", "", "benchmark parameters (vla-eval constructor, LIBERO settings): a mapping",
              accepts=MAPPING),
         Knob("SEEDS_ROOT", "seeds/maniskill", "seed bank root (relative to $BUNDLE unless absolute)"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 INTEGER = re.compile(r"[+-]?[0-9]+")
 NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
@@ -114,10 +115,10 @@ TEXT = Accepts()
 WORDS = Accepts("words")
 
 
-def mapping_problem(text: str) -> str | None:
-    """Why `text` is not empty or a YAML/JSON mapping, or None."""
+def _mapping(text: str) -> tuple[dict[str, Any], str | None]:
+    """`text` as a mapping ({} when empty), and why it is none (None when it is one)."""
     if not text.strip():
-        return None
+        return {}, None
     import yaml  # here, not at the top: `knobs --shell` runs under whatever python a node has
 
     try:
@@ -125,8 +126,23 @@ def mapping_problem(text: str) -> str | None:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        return f"not YAML/JSON ({getattr(exc, 'problem', None) or 'unparsable'}{where})"
-    return None if isinstance(data, dict) else f"it is a {type(data).__name__}"
+        return {}, f"not YAML/JSON ({getattr(exc, 'problem', None) or 'unparsable'}{where})"
+    return (data, None) if isinstance(data, dict) else ({}, f"it is a {type(data).__name__}")
+
+
+def mapping_problem(text: str) -> str | None:
+    """Why `text` is not empty or a YAML/JSON mapping, or None."""
+    return _mapping(text)[1]
+
+
+def parse_mapping(name: str, text: str) -> dict[str, Any]:
+    """The value `text` of the mapping knob `name` (BENCH_PARAMS) as a dict, {} when empty: the one
+    parser of it, which the knob check and every benchmark adapter use. A ValueError names the knob
+    and says why, as the knob check does."""
+    data, why = _mapping(text)
+    if why is not None:
+        raise ValueError(f"knob {name}={text!r}: expected {MAPPING.describe()}: {why}")
+    return data
 
 
 def run_name_problem(name: str) -> str | None:

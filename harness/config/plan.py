@@ -1,5 +1,6 @@
-"""A run's plan: the seeds each cell should have a record for, the units they are cut into, and
-the lease queue over those units.
+"""A run's plan: the seeds each cell should have a record for, and how many seeds a unit takes
+(UNIT_SEEDS). Cutting them into the queue's units, and opening the lease queue over those, is
+`harness.runqueue`'s (this package imports no queue).
 
 Seeds come from the manifest: the first EVAL_TEST_NUM of the original bank and of each fill-in
 bank, in the order the history added them (append-only, so unit slices stay stable across
@@ -9,26 +10,26 @@ units be planned outside the run's contract.
 
 UNIT_SEEDS=auto is resolved here once, when the run is created (`resolve_unit_seeds`), from the
 cells, their seeds and the slots the run expects (the pool's nodes x this machine's cores), and
-frozen in run.yaml as the number: every worker then cuts the same unit keys. Units carry the
-expected seconds of their episodes when the caller knows them (earlier records), so the longest
-go first.
+frozen in run.yaml as the number: every worker then cuts the same unit keys. `auto` is the largest
+slice that still gives each expected slot UNITS_PER_SLOT units, so the run's tail (the last units,
+run while other slots idle) is a small part of each slot's work.
 """
 
 from __future__ import annotations
 
+import math
 import os
-import random
 from collections.abc import Mapping
 from pathlib import Path
 
 from harness.config import knobs
-from harness.config.manifest import Manifest, ManifestError, load_manifest, seed_banks
+from harness.config.manifest import Manifest, load_manifest, seed_banks
 from harness.config.paths import bundle_root
-from harness.config.rundir import Cell, RunDir, read_queue, task_config_name
+from harness.config.rundir import Cell, RunDir, read_queue
 from harness.config.seedbank import read_bank, resolve_root
-from harness.queue.leases import LeaseQueue, QueueSettings
-from harness.queue.listing import UnitState, snapshot
-from harness.queue.units import AUTO, Unit, auto_unit_seeds, parse_unit_seeds, split
+
+AUTO = "auto"
+UNITS_PER_SLOT = 8  # auto: units per expected slot; the tail is about one unit of a slot's 8 or more
 
 
 def _additions(manifest: Manifest) -> list[tuple[str, int, int]]:
@@ -88,44 +89,23 @@ def resolve_unit_seeds(
     return str(size), f"{why}; slots from {source}"
 
 
-def run_units(run: RunDir, seed_cost_s: Mapping[tuple[str, str], float] | None = None) -> list[Unit]:
-    """Every unit of a run, in queue order, planned from its run.yaml (ManifestError without one);
-    `seed_cost_s`: expected seconds of an episode per (task, task_config), where known."""
-    manifest = load_manifest(run.root)
-    bench_config = manifest.knobs["BENCH_CONFIG"]
-    unit_seeds = parse_unit_seeds(manifest.knobs["UNIT_SEEDS"])
-    if unit_seeds is None:
-        raise ManifestError(f"{run.manifest}: UNIT_SEEDS={AUTO!r} was never resolved (edited by hand?)")
-    plan = planned_seeds(run.root, manifest)
-    costs = seed_cost_s or {}
-    units: list[Unit] = []
-    for cell, seeds in plan.items():
-        config = task_config_name(cell.scene, bench_config)
-        units += split(cell.scene, cell.task, config, seeds, unit_seeds, costs.get((cell.task, config), 0.0))
-    return units
+def parse_unit_seeds(value: str) -> int | None:
+    """UNIT_SEEDS's value: None for `auto`, else the count (0: whole cells); a clear error otherwise."""
+    text = value.strip().lower()
+    if text == AUTO:
+        return None
+    if not text.isdigit():
+        raise ValueError(f"knob UNIT_SEEDS={value!r}: expected auto, 0 (whole cells) or a positive count")
+    return int(text)
 
 
-def queue_settings() -> QueueSettings:
-    """The queue's timing and retry knobs, read once."""
-    return QueueSettings(
-        ttl_s=knobs.get_float("LEASE_TTL"),
-        heartbeat_s=knobs.get_float("HEARTBEAT_S"),
-        skew_s=knobs.get_float("LEASE_SKEW_S"),
-        crash_limit=knobs.get_int("CRASH_LIMIT"),
-        prefix_first=knobs.get("EVAL_STOP") != "fixed",  # the worker verified it against run.yaml
+def auto_unit_seeds(cells: int, seeds_per_cell: int, slots: int) -> tuple[int, str]:
+    """UNIT_SEEDS=auto for `cells` cells of `seeds_per_cell` seeds over `slots` expected sim slots:
+    the slice size, and a line saying why."""
+    total = cells * seeds_per_cell
+    size = max(1, min(seeds_per_cell, total // (UNITS_PER_SLOT * max(slots, 1))))
+    units = cells * math.ceil(seeds_per_cell / size) if seeds_per_cell else 0
+    return size, (
+        f"UNIT_SEEDS=auto: {size} ({cells} cells x {seeds_per_cell} seeds, {slots} expected slots, "
+        f"at least {UNITS_PER_SLOT} units a slot where seeds allow: {units} units)"
     )
-
-
-def open_queue(
-    run: RunDir, worker_id: str, units: list[Unit] | None = None, rng: random.Random | None = None
-) -> LeaseQueue:
-    """This worker's lease queue over the run's units (default: the run's plan)."""
-    units = run_units(run) if units is None else units
-    return LeaseQueue(run.leases, units, worker_id, queue_settings(), rng)
-
-
-def queue_states(run: RunDir, units: list[Unit] | None = None) -> list[UnitState]:
-    """Every unit's queue state (read-only), for status displays and the lease CLI."""
-    settings = queue_settings()
-    units = run_units(run) if units is None else units
-    return snapshot(run.leases, units, settings.ttl_s, settings.skew_s, settings.crash_limit)

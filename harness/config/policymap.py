@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from harness.config.failures import Refused
+from harness.process.failures import Refused
 
 PROTOCOLS = ("openpi", "vla-eval")
 Key = tuple[str, ...]  # a path into a nested map; a flat key is a path of one

@@ -5,23 +5,25 @@ server says it is: its protocol, the mapping file's content hash, and the hash o
 announces on connect (openpi's metadata frame, vla-eval's HELLO reply). Creating the run dials the
 server once; every worker's contract check dials it again, so a server swapped for another model
 mid-run is refused by name, and each sim client compares the hash once more at its hello.
+
+Here only what needs no connection: the mapping the knobs name, and the section made of what the
+server announced. The dialling is the sim side's (`harness.episode.serverdial`), handed to the
+contract as a probe by the stage that may open a connection (the launchers, the worker).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import Any
 
-from harness.config import knobs
 from harness.config.manifest import ManifestError
 from harness.config.policymap import PolicyMap, PolicyMapError, load_policy_map
-from harness.wire.errors import WireError
-from harness.wire.openpi import OpenpiConnection
-from harness.wire.vlaeval import VlaEvalConnection, hello_payload
 
 CLIENT_NAME = "eval-harness"
+# dials POLICY_SERVER and returns its contract section (`harness.episode.serverdial.probe`)
+ServerProbe = Callable[[], dict[str, Any]]
 
 
 def metadata_sha256(metadata: dict[str, Any]) -> str:
@@ -30,57 +32,29 @@ def metadata_sha256(metadata: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def open_connection(
-    policy_map: PolicyMap, address: str, env: Mapping[str, str] | None = None
-) -> OpenpiConnection | VlaEvalConnection:
-    """A new connection to the server after its handshake (POLICY_SERVER_RETRIES, _TIMEOUT)."""
-    options = {
-        "attempts": knobs.get_int("POLICY_SERVER_RETRIES", env, minimum=1),
-        "timeout_s": _seconds("POLICY_SERVER_TIMEOUT", env),
-        "max_size": knobs.get_int("WIRE_MAX_FRAME", env),
-    }
-    if policy_map.protocol == "openpi":
-        return OpenpiConnection(address, **options)
-    hello = hello_payload(CLIENT_NAME, "1", benchmark=knobs.get("BENCHMARK", env))
-    return VlaEvalConnection(address, hello, **options)
-
-
-def _seconds(name: str, env: Mapping[str, str] | None) -> float:
-    value = knobs.get(name, env)
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise ValueError(f"knob {name}={value!r}: expected a positive number of seconds")
-    return seconds
-
-
-def server_metadata(conn: OpenpiConnection | VlaEvalConnection) -> dict[str, Any]:
-    return conn.metadata if isinstance(conn, OpenpiConnection) else conn.server_info
-
-
-def policy_server_section(env: Mapping[str, str]) -> dict[str, Any] | None:
-    """The contract section for POLICY_SERVER in `env` (None when it is not set)."""
-    address = knobs.get("POLICY_SERVER", env)
-    if not address:
-        return None
-    path = knobs.get("POLICY_SERVER_MAP", env)
-    if not path:
+def server_map(address: str, map_path: str) -> PolicyMap:
+    """POLICY_SERVER_MAP's mapping for the server at `address` (ManifestError naming what is wrong)."""
+    if not map_path:
         raise ManifestError(f"POLICY_SERVER={address} needs POLICY_SERVER_MAP (the mapping YAML)")
     try:
-        policy_map = load_policy_map(path)
+        return load_policy_map(map_path)
     except PolicyMapError as exc:
         raise ManifestError(str(exc)) from None
-    try:
-        conn = open_connection(policy_map, address, env)
-    except (WireError, ValueError) as exc:
-        raise ManifestError(f"POLICY_SERVER={address}: cannot read its metadata: {exc}") from None
-    try:
-        metadata = server_metadata(conn)
-    finally:
-        conn.close()
+
+
+def server_section(policy_map: PolicyMap, metadata: dict[str, Any]) -> dict[str, Any]:
+    """The contract section of a server that announced `metadata`, paired by `policy_map`."""
     return {
         "protocol": policy_map.protocol, "policy": policy_map.policy, "map_sha256": policy_map.sha256,
         "metadata_sha256": metadata_sha256(metadata),
     }  # fmt: skip
+
+
+def policy_server_section(address: str, probe: ServerProbe | None) -> dict[str, Any] | None:
+    """The contract section for POLICY_SERVER=`address` (None when it is not set), from `probe`;
+    a check that may not dial (no probe) refuses by name rather than leave the section out."""
+    if not address:
+        return None
+    if probe is None:
+        raise ManifestError(f"POLICY_SERVER={address}: this check does not dial policy servers")
+    return probe()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.queue.units import path_part, safe_key
+from harness.pathnames import path_part, safe_key
 
 
 class QueueFileError(ValueError):

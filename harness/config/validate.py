@@ -14,9 +14,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from harness.config.failures import Refused
 from harness.config.knobs import KNOBS
 from harness.config.knobtypes import run_name_problem
+from harness.process.failures import Refused
 
 
 def some_of(items: list, shown: int = 5) -> str:

@@ -36,10 +36,6 @@ def smoothed_dims(action_dim: int, smooth_rot: bool) -> np.ndarray:
     return np.array([arm * ARM_DIM + i for arm in range(_arms(action_dim)) for i in per_arm])
 
 
-def gripper_dims(action_dim: int) -> np.ndarray:
-    return np.array([arm * ARM_DIM + GRIPPER for arm in range(_arms(action_dim))])
-
-
 @dataclass
 class ChunkRunner:
     """Turns each action chunk from the policy into the actions to execute, one episode at a time.
@@ -87,10 +83,6 @@ class ChunkRunner:
     def reset(self) -> None:
         """Forget the previous episode: its last action must not smooth this one's first chunk."""
         self._last = None
-
-    @property
-    def last_action(self) -> np.ndarray | None:
-        return None if self._last is None else self._last.copy()
 
     def plan(self, chunk: np.ndarray) -> np.ndarray:
         """The actions to execute from `chunk` [num_actions, action_dim]: smoothed, then truncated."""

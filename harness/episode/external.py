@@ -21,7 +21,9 @@ from typing import Any
 import numpy as np
 
 from harness.config.policymap import PolicyMap, get_path, put_path
-from harness.config.policyserver import metadata_sha256, open_connection, server_metadata
+from harness.config.policyserver import metadata_sha256
+from harness.config.settings import Settings
+from harness.episode.serverdial import open_connection, server_metadata
 from harness.wire.errors import PeerClosed, WireError
 from harness.wire.openpi import OpenpiConnection
 from harness.wire.vlaeval import VlaEvalConnection
@@ -31,11 +33,17 @@ class ExternalPolicyClient:
     """Requests actions from an external policy server; see the module docstring."""
 
     def __init__(
-        self, address: str, policy_map: PolicyMap, expect_metadata_sha256: str | None = None
+        self,
+        address: str,
+        policy_map: PolicyMap,
+        settings: Settings,
+        expect_metadata_sha256: str | None = None,
     ) -> None:
-        self.address, self.map = address, policy_map
+        self.address, self.map, self.settings = address, policy_map, settings
         self.expect_metadata_sha256 = expect_metadata_sha256
-        self._conn: OpenpiConnection | VlaEvalConnection | None = open_connection(policy_map, address)
+        self._conn: OpenpiConnection | VlaEvalConnection | None = open_connection(
+            policy_map, address, settings
+        )
         self.metadata = server_metadata(self._conn)
         self.server_spec: dict[str, Any] = {}
         self._in_episode = False
@@ -124,7 +132,7 @@ class ExternalPolicyClient:
     def _connection(self) -> OpenpiConnection | VlaEvalConnection:
         if self._conn is None:
             try:
-                self._conn = open_connection(self.map, self.address)
+                self._conn = open_connection(self.map, self.address, self.settings)
             except WireError as exc:
                 raise PeerClosed(f"{self.name} is gone: {exc}") from None
             sha = metadata_sha256(server_metadata(self._conn))

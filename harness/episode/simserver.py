@@ -1,13 +1,13 @@
-"""The sim client's two process shapes: one unit per process (the CLI), or one process for many units.
+"""The sim process: one process for many units.
 
-A fresh process per unit pays the Python imports and the renderer's start-up (about 10 s on the
-CPU renderer) before its first episode, once per unit. A worker therefore starts its sim process
-once (`eval_policy_client.py --serve`) and hands it one unit at a time: one JSON line on stdin per
+A fresh process per unit would pay the Python imports and the renderer's start-up (about 10 s on
+the CPU renderer) before its first episode, once per unit. A worker therefore starts its sim
+process once (`eval_policy_client.py`) and hands it one unit at a time: one JSON line on stdin per
 unit (`{"run_dir", "scene", "task", "seeds", "writer_id", "progress_file"}`), answered, when the
-unit ends, by one line `UNIT_END {"returncode": <the one-shot CLI's exit status>, "pid": <pid>}` on
-stdout. Everything else on stdout is the unit's log. Stdin closed: the process exits 0.
+unit ends, by one line `UNIT_END {"returncode": <the unit's status>, "pid": <pid>}` on stdout.
+Everything else on stdout is the unit's log. Stdin closed: the process exits 0.
 
-A unit runs exactly as the one-shot CLI runs it (`run_job`): the code check against the run's
+A unit runs as `run_job` runs it: the code check against the run's
 contract (a run dir whose run.yaml cannot be read is refused like a code mismatch: no episode runs
 outside a contract), a fresh connection to the model server, then `SimClient`. Only the benchmark object (and
 with it the imports, the render system and its kept envs, SIM_ENV_CACHE) outlives the unit. Before
@@ -27,21 +27,22 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.config.contract import CODE_REFUSED_EXIT, check_code
-from harness.config.failures import Refused
 from harness.config.manifest import ContractMismatch, ManifestError, load_manifest
 from harness.config.policymap import load_policy_map
 from harness.config.settings import Settings
 from harness.episode.bench import Benchmark
 from harness.episode.external import ExternalPolicyClient
 from harness.episode.simclient import SimClient, SimJob
+from harness.process.failures import Refused
 from harness.wire.client import PolicyClient
 from harness.wire.errors import PeerClosed, WireError
 
-UNIT_END = "UNIT_END "  # the prefix of the answer line that ends a unit in `--serve` mode
-# The one-shot CLI's exit statuses (scripts/eval_policy_client.py), which the worker reads as a
-# cause (harness/worker/faults.py): no model server, a refused pairing or bad arguments; the server
-# lost mid-unit; the benchmark or its renderer cannot start on this node; the worker was stopped
-# (SIGSTOP) mid-unit, so the seed running then and those after it have no record.
+UNIT_END = "UNIT_END "  # the prefix of the answer line that ends a unit
+# A unit's statuses (its UNIT_END returncode; NO_BENCHMARK and CANNOT_START also the process's exit
+# status before any job), which the worker reads as a cause (harness/worker/faults.py): no model
+# server, a refused pairing or a malformed job; the server lost mid-unit; the benchmark or its
+# renderer cannot start on this node; the worker was stopped (SIGSTOP) mid-unit, so the seed running
+# then and those after it have no record.
 CANNOT_START, LOST_SERVER, NO_BENCHMARK, WORKER_STOPPED = 2, 3, 4, 6
 JOB_FIELDS = ("run_dir", "scene", "task", "seeds", "writer_id")
 
@@ -50,7 +51,7 @@ def run_job(
     settings: Settings, bench: Benchmark, job: SimJob, ready_file: Path, connect_timeout: float,
     report: Callable[[str], None], complain: Callable[[str], None] | None = None,
 ) -> int:  # fmt: skip
-    """Run one unit against the model server found through `ready_file`; the CLI's exit status.
+    """Run one unit against the model server found through `ready_file`; the unit's status.
     `report` gets each episode's line, `complain` (default: `report`) why the unit could not run."""
     dial = partial(connect, settings, ready_file, connect_timeout, job.run_dir)
     return run_job_via(settings, bench, job, dial, report, complain)
@@ -112,7 +113,7 @@ def external_client(settings: Settings, run_dir: Path) -> ExternalPolicyClient:
     section = load_manifest(run_dir).contract.get("policy_server")
     expect = section.get("metadata_sha256") if isinstance(section, dict) else None
     mapping = load_policy_map(settings.policy_server_map or "POLICY_SERVER_MAP is not set")
-    return ExternalPolicyClient(settings.policy_server, mapping, expect)
+    return ExternalPolicyClient(settings.policy_server, mapping, settings, expect)
 
 
 def parse_job(line: str, worker_pid: int | None) -> SimJob:

@@ -16,9 +16,7 @@ import types
 import typing
 from typing import Any
 
-import yaml
-
-from harness.config.knobtypes import mapping_problem
+from harness.config.knobtypes import parse_mapping
 from harness.episode.bench import NAMED
 from harness.episode.bench.vlaeval import PREFIX
 
@@ -35,7 +33,9 @@ def params_problems(benchmark: str, text: str) -> list[str]:
             return [f"knob BENCH_PARAMS={text!r}: only a vla-eval benchmark takes parameters, "
                     f"BENCHMARK={benchmark} takes none: unset BENCH_PARAMS"]  # fmt: skip
         return []
-    if mapping_problem(text) is not None:
+    try:
+        params = parse_mapping("BENCH_PARAMS", text)
+    except ValueError:
         return []  # the knob check names it
     from vla_eval.registry import resolve_import_string
 
@@ -43,7 +43,6 @@ def params_problems(benchmark: str, text: str) -> list[str]:
         cls = resolve_import_string(benchmark[len(PREFIX) :])
     except Exception:
         return []  # the benchmark loader names it
-    params = yaml.safe_load(text) if text.strip() else {}
     return constructor_problems(cls, params)
 
 

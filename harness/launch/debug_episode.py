@@ -29,7 +29,6 @@ from types import FrameType
 from typing import Any
 
 from harness.config.contract import verify_environment
-from harness.config.plan import run_units
 from harness.config.rundir import RunDir
 from harness.config.settings import Settings
 from harness.episode.bench import load_benchmark
@@ -39,6 +38,7 @@ from harness.launch.newrun import new_run
 from harness.model.policyload import LoadedPolicy, load_policy
 from harness.model.server import serve_connection
 from harness.queue.units import Unit
+from harness.runqueue import run_units
 from harness.wire.client import PolicyClient
 from harness.worker.unit_records import missing_seeds
 

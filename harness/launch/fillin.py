@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import sys
 
-from harness.config.failures import run_command
 from harness.config.manifest import load_manifest
 from harness.config.paths import run_dir
 from harness.config.rundir import RunDir
@@ -23,6 +22,7 @@ from harness.launch import orchestrator
 from harness.launch.drive import PoolLaunch, check_caller_env, complete_run
 from harness.launch.newrun import new_fillin
 from harness.launch.progress import results_table
+from harness.process.failures import run_command
 
 
 def main(argv: list[str] | None = None) -> int:

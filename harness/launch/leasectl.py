@@ -19,12 +19,13 @@ import os
 import sys
 from collections import Counter
 
-from harness.config.failures import run_command
 from harness.config.paths import run_dir
-from harness.config.plan import open_queue, queue_states
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
+from harness.process.failures import run_command
 from harness.queue import reaper
 from harness.queue.listing import CRASH, UnitState, scan
+from harness.runqueue import open_queue, queue_states
 
 
 def resolve(run: str) -> RunDir:
@@ -76,15 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quarantined", action="store_true", help="requeue: every quarantined unit")
     args = parser.parse_args(argv)
     run = resolve(args.run)
+    settings = Settings.from_env(os.environ)
     if args.command == "reap":
-        queue = open_queue(run, f"leasectl-{os.getpid()}")
+        queue = open_queue(run, f"leasectl-{os.getpid()}", settings)
         queue.refresh()
         print(
             f"reclaimed {len(reaped := queue.reap_pass())} dead lease(s)"
             + "".join(f"\n  {k}" for k in reaped)
         )
         return 0
-    states = queue_states(run)
+    states = queue_states(run, settings)
     if args.command == "summary":
         print(summary(states))
     elif args.command == "list":

@@ -18,20 +18,21 @@ import time
 from pathlib import Path
 
 from harness.config import knobs
-from harness.config.failures import FAILED, REFUSED, run_command
 from harness.config.paths import CODE_ROOT, run_dir
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.launch import pools
 from harness.launch.preflight import causes, check_run, first_failure, first_refusal
+from harness.process.failures import FAILED, REFUSED, run_command
 from harness.results.organize import default_out
 from harness.results.status import collect
 
 PROGRESS_S = 10.0
 
 
-def progress_line(run: RunDir) -> str:
+def progress_line(run: RunDir, settings: Settings) -> str:
     """Units and episodes done, success so far and the ETA (`scripts/status.py RUN` shows more)."""
-    status = collect(run)
+    status = collect(run, settings)
     counts = status.counts
     eta = f"{status.eta_s / 60:.1f} min" if status.eta_s is not None else "unknown"
     return (
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     if not study:
         parser.error("set STUDY_RUN to the run dir name under $RUNS_ROOT (create it with scripts/new_run.py)")
     run = RunDir(run_dir(study))
+    settings = Settings.from_env(os.environ)
     eval_root = Path(os.environ.get("EVAL_ROOT") or CODE_ROOT)
     refused = check_run(run)
     if refused:
@@ -71,12 +73,12 @@ def main(argv: list[str] | None = None) -> int:
         while (code := pools.finished(started)) is None:
             time.sleep(0.5)
             if time.monotonic() >= next_report:
-                print(progress_line(run), flush=True)
+                print(progress_line(run, settings), flush=True)
                 next_report += PROGRESS_S
     finally:
         pools.terminate_all()
-    print(progress_line(run), flush=True)
-    for warning in collect(run).warnings:  # malformed record lines: named once, at the end
+    print(progress_line(run, settings), flush=True)
+    for warning in collect(run, settings).warnings:  # malformed record lines: named once, at the end
         print(f"[pool] warning: {warning}", flush=True)
     print(f"[pool] nodes finished with status {code}; logs in {run.logs}", flush=True)
     if code != 0 and (refusal := first_refusal(run.logs)):

@@ -13,17 +13,18 @@ reported, one line each (ManifestError, exit 2 from every command).
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 
 from harness.config.checkpoint import checkpoint_problems, needs_problem
 from harness.config.create import create_run
-from harness.config.knobs import contract_knobs, get_int
+from harness.config.knobs import contract_knobs
 from harness.config.knobtypes import run_name_problem
 from harness.config.manifest import Manifest, ManifestError, load_manifest
 from harness.config.manifest_fillin import record_fillin
-from harness.config.paths import bundle_root, resolve_checkpoint
+from harness.config.paths import CODE_ROOT, bundle_root, resolve_checkpoint
 from harness.config.plan import planned_seeds
 from harness.config.policymap import PolicyMapError, load_policy_map
 from harness.config.rundir import Cell, read_queue
@@ -31,12 +32,11 @@ from harness.config.seedbank import SeedBankError, read_bank, resolve_root, seed
 from harness.config.settings import Settings
 from harness.config.validate import knob_problems, problem_list, some_of
 from harness.episode.bench import Benchmark, load_benchmark
+from harness.episode.serverdial import probe
 from harness.launch.benchparams import params_problems
 from harness.model.wrapper import PolicyRefused, policy_dir, stated_checkpoint, stated_conventions
 from harness.wire.errors import WireError
 from harness.wire.protocol import check_specs
-
-MAP_KNOBS = ("POLICY_SERVER_MAP", "MODEL_SERVER_MAP")
 
 
 def _policy_problems(knobs: Mapping[str, str], env: Mapping[str, str]) -> list[str]:
@@ -64,7 +64,11 @@ def _policy_problems(knobs: Mapping[str, str], env: Mapping[str, str]) -> list[s
 
 
 def _bench_problems(
-    cells: list[Cell], knobs: Mapping[str, str], env: Mapping[str, str], step_limits: dict[str, int]
+    cells: list[Cell],
+    knobs: Mapping[str, str],
+    settings: Settings,
+    env: Mapping[str, str],
+    step_limits: dict[str, int],
 ) -> list[str]:
     """The benchmark loads with its BENCH_PARAMS, runs every unit, takes the policy's actions and the
     bank's seeds. Fills `step_limits` (task: limit) where the benchmark tells them."""
@@ -72,7 +76,7 @@ def _bench_problems(
     if problems:
         return problems
     try:
-        bench = load_benchmark(knobs["BENCHMARK"], Settings.from_env(env))  # the run's, not ours
+        bench = load_benchmark(knobs["BENCHMARK"], settings)  # the run's, not ours
         limit = getattr(bench, "step_limit_for", None)
         for cell in cells:
             bench.check(cell.task, knobs["BENCH_CONFIG"])
@@ -80,7 +84,7 @@ def _bench_problems(
                 step_limits[cell.task] = int(limit(cell.task, knobs["BENCH_CONFIG"]))
     except ValueError as exc:
         return [str(exc)]
-    return _convention_problems(bench, knobs) + _seed_problems(bench, cells, knobs, env)
+    return _convention_problems(bench, knobs) + _seed_problems(bench, cells, knobs, settings, env)
 
 
 def _convention_problems(bench: Benchmark, knobs: Mapping[str, str]) -> list[str]:
@@ -96,11 +100,11 @@ def _convention_problems(bench: Benchmark, knobs: Mapping[str, str]) -> list[str
 
 
 def _seed_problems(
-    bench: Benchmark, cells: list[Cell], knobs: Mapping[str, str], env: Mapping[str, str]
+    bench: Benchmark, cells: list[Cell], knobs: Mapping[str, str], settings: Settings, env: Mapping[str, str]
 ) -> list[str]:
     space = getattr(bench, "seed_space", None)  # e.g. LIBERO's init-state indices 0..49
     if not uses_bank(knobs["USE_EVAL_SEEDS"]):
-        n = get_int("EVAL_TEST_NUM", env, minimum=1)
+        n = settings.eval_test_num
         outside = [seed for seed in range(n) if space is not None and seed not in space]
         return (
             [
@@ -143,12 +147,15 @@ def fillin_seed_problems(run_dir: Path, manifest: Manifest, env: Mapping[str, st
     return lines
 
 
-def _map_problems(env: Mapping[str, str]) -> list[str]:
+def _map_problems(settings: Settings) -> list[str]:
     problems = []
-    for knob in MAP_KNOBS:
-        if env.get(knob):
+    for knob, path in (
+        ("POLICY_SERVER_MAP", settings.policy_server_map),
+        ("MODEL_SERVER_MAP", settings.model_server_map),
+    ):
+        if path:
             try:
-                load_policy_map(env[knob], knob)
+                load_policy_map(path, knob)
             except PolicyMapError as exc:
                 problems.append(str(exc))
     return problems
@@ -156,28 +163,42 @@ def _map_problems(env: Mapping[str, str]) -> list[str]:
 
 def check_runnable(
     queue_file: Path | str, env: Mapping[str, str] = os.environ, run: Path | None = None
-) -> dict[str, int]:
+) -> tuple[Settings, dict[str, int]]:
     """Refuse, naming each problem, a run that no worker could ever run (ManifestError); `run` is
-    the run dir to be created, whose name is checked too. Returns each task's step limit, where the
-    benchmark tells it."""
+    the run dir to be created, whose name is checked too. Returns the settings `env` gives and each
+    task's step limit, where the benchmark tells it."""
     step_limits: dict[str, int] = {}
     problems = knob_problems(env)
     if run is not None and (why := run_name_problem(Path(run).name)) is not None:
         problems.append(f"run dir {run}: {why}")
     if not problems:  # the rest reads the knobs' values
+        settings = Settings.from_env(env)  # every knob passed its check above
         knobs = contract_knobs(env)
         cells = read_queue(Path(queue_file))
-        problems += _policy_problems(knobs, env) + _bench_problems(cells, knobs, env, step_limits)
-        problems += _map_problems(env)
+        problems += _policy_problems(knobs, env) + _bench_problems(cells, knobs, settings, env, step_limits)
+        problems += _map_problems(settings)
     if problems:
         raise ManifestError(problem_list(f"refusing to create run {run or ''}".rstrip() + ":", problems))
-    return step_limits
+    return settings, step_limits
+
+
+def git_version() -> dict[str, str]:
+    """The code's git commit and description, for run.yaml's `info` (empty outside a git checkout)."""
+
+    def git(*args: str) -> str:
+        result = subprocess.run(
+            ["git", "-C", str(CODE_ROOT), *args], capture_output=True, text=True, timeout=20, check=False
+        )
+        return result.stdout.strip() if result.returncode == 0 else ""
+
+    commit = git("rev-parse", "HEAD")
+    return {"git_commit": commit, "git_describe": git("describe", "--always", "--dirty")} if commit else {}
 
 
 def new_run(run_dir: Path | str, queue_file: Path | str, env: Mapping[str, str] = os.environ) -> Manifest:
     """`create_run` after `check_runnable`: the one way the launchers create a run."""
-    step_limits = check_runnable(queue_file, env, Path(run_dir))
-    return create_run(run_dir, queue_file, env, step_limits)
+    settings, step_limits = check_runnable(queue_file, env, Path(run_dir))
+    return create_run(run_dir, queue_file, env, step_limits, probe(settings), git_version)
 
 
 def new_fillin(run_dir: Path | str, eval_test_num: int | None, seeds_root: str | None) -> Manifest:

@@ -19,7 +19,6 @@ import sys
 import threading
 from pathlib import Path
 
-from harness.config.failures import run_command
 from harness.config.manifest import Manifest
 from harness.config.paths import run_dir
 from harness.config.rundir import RunDir
@@ -28,7 +27,8 @@ from harness.launch import orchestrator
 from harness.launch.drive import PoolLaunch, complete_run
 from harness.launch.newrun import new_run
 from harness.launch.progress import progress, results_table
-from harness.queue.units import safe_key
+from harness.pathnames import safe_key
+from harness.process.failures import run_command
 
 
 def model_run_name(prefix: str, spec: str) -> tuple[str, str, str]:

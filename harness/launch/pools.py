@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config.failures import Failed
 from harness.config.rundir import RunDir
+from harness.process.failures import Failed
 
 LAUNCHERS = ("local", "srun")
 _live: set[Started] = set()

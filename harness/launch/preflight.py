@@ -17,14 +17,16 @@ from pathlib import Path
 
 from harness.config.contract import verify_environment
 from harness.config.manifest import ContractMismatch, ManifestError
-from harness.config.plan import run_units
 from harness.config.rundir import QueueFileError, RunDir
 from harness.config.seedbank import SeedBankError
+from harness.config.settings import Settings
 from harness.config.validate import check_node_knobs
+from harness.episode.serverdial import probe
+from harness.runqueue import run_units
 
 REFUSALS = ("refusing to run:", "] error:")  # what workers and node scripts log when input is refused
 FAILURES = ("cannot run:",)  # what a worker logs when the machine or a peer let it down
-EXITED = ("worker: ", "node: ")  # how run_command's line starts in these logs (harness.config.failures)
+EXITED = ("worker: ", "node: ")  # how run_command's line starts in these logs (harness.process.failures)
 DISK_FULL = "No space left on device"  # named first: the one cause that stops every node at once
 
 
@@ -35,7 +37,7 @@ def check_run(run: RunDir, env: Mapping[str, str] = os.environ) -> str | None:
     try:
         check_node_knobs(env)
         if run.manifest.exists():
-            verify_environment(run.root, env, check_installed=False)
+            verify_environment(run.root, env, check_installed=False, probe=probe(Settings.from_env(env)))
         if not run_units(run):
             return f"{run.queue} plans no unit"
     except (ContractMismatch, ManifestError, QueueFileError, SeedBankError, ValueError) as exc:

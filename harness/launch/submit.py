@@ -25,13 +25,13 @@ from pathlib import Path
 import submitit
 
 from harness.config import knobs
-from harness.config.failures import run_command
 from harness.config.manifest import Manifest, load_manifest
 from harness.config.paths import CODE_ROOT, run_dir
 from harness.config.rundir import RunDir
 from harness.episode.records import read_tree
 from harness.launch.newrun import new_run
 from harness.launch.progress import progress
+from harness.process.failures import run_command
 from harness.results.aggregate import summarize
 
 _UNFINISHED = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "UNKNOWN", "REQUEUED"}

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import sys
 
-from harness.config.failures import run_command
 from harness.config.paths import run_dir
 from harness.config.rundir import RunDir
 from harness.config.settings import Settings
@@ -21,6 +20,7 @@ from harness.launch import orchestrator
 from harness.launch.drive import PoolLaunch, complete_run
 from harness.launch.newrun import new_run
 from harness.launch.progress import results_table
+from harness.process.failures import run_command
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.config.failures import Refused
+from harness.process.failures import Refused
 
 
 class CollateError(Refused):

@@ -23,7 +23,7 @@ import time
 from collections.abc import Collection
 from pathlib import Path
 
-from harness.config.failures import Failed, run_command
+from harness.process.failures import Failed, run_command
 from harness.queue.owner import start_ticks
 
 HOLD_PREFIX = ".held-by."  # + <holder pid>.<token>: a mark a keeper holds a shared lock on

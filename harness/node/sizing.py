@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config import knobs
+from harness.config.settings import Settings
 
 SIM_HOST_GIB = 2.0  # host memory per sim: its process peaks at 0.9-1.1 GiB RSS, + encoder and worker
 CGROUP = Path("/sys/fs/cgroup")
@@ -107,29 +107,18 @@ def detect(
     return NodeResources(cores, cores_from, gpu_slots(env), mem_gib, mem_from)
 
 
-def _count(name: str, env: Mapping[str, str]) -> int | None:
-    """A worker-count knob: None for `auto`, else an integer >= 1 (a clear error otherwise)."""
-    value = knobs.get(name, env).strip()
-    if value.lower() == "auto":
-        return None
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"knob {name}={value!r}: expected an integer >= 1 or auto")
-    return int(value)
-
-
-def size_node(res: NodeResources, env: Mapping[str, str] = os.environ) -> Sizing:
-    """Workers, their devices and their slot counts for `res` under the knobs of `env`."""
+def size_node(res: NodeResources, settings: Settings) -> Sizing:
+    """Workers, their devices and their slot counts for `res` under `settings` (SIMS_PER_WORKER,
+    WORKERS_PER_GPU, CPU_WORKERS: checked when the settings were built)."""
     by_memory = math.floor(res.mem_gib / SIM_HOST_GIB) if res.mem_gib is not None else res.cores
     budget = max(1, min(res.cores, by_memory))
-    slots = _count("SIMS_PER_WORKER", env)
+    slots = settings.sims_per_worker
     if res.gpus:
-        per_gpu = knobs.get_int("WORKERS_PER_GPU", env)
-        if per_gpu < 1:
-            raise ValueError(f"knob WORKERS_PER_GPU={per_gpu}: expected at least 1")
+        per_gpu = settings.workers_per_gpu
         devices = [d for d in res.gpus for _ in range(per_gpu)]
         how = f"{len(res.gpus)} GPUs x WORKERS_PER_GPU={per_gpu}"
     else:
-        workers = _count("CPU_WORKERS", env)
+        workers = settings.cpu_workers
         if workers is None:
             slots = slots or 1  # the model shares the sims' cores: the budget goes to whole workers
             workers = max(1, budget // slots)

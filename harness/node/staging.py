@@ -30,8 +30,8 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config.failures import Failed
 from harness.node.holds import held
+from harness.process.failures import Failed
 
 STAMP = ".stage.json"
 USED = ".used"

@@ -20,42 +20,43 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.config import knobs
-from harness.config.failures import run_command
 from harness.config.paths import resolve_checkpoint
+from harness.config.settings import Settings
 from harness.node.codesync import code_copy
 from harness.node.holds import HoldError, hold
 from harness.node.sizing import detect, size_node
 from harness.node.staging import GB, StagingError, Wanted, node_lock, prune, stage, want
 from harness.node.venvs import install_pin, is_venv, relocate
+from harness.process.failures import run_command
 
 
-def node_name() -> str:
-    """NODE_NAME, else Slurm's node name, else the short hostname."""
-    return knobs.get("NODE_NAME") or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+def node_name(configured: str = "") -> str:
+    """`configured` (NODE_NAME), else Slurm's node name, else the short hostname."""
+    return configured or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
 
-def worker_plan(log=print) -> list[tuple[str, str, str, int]]:
+def worker_plan(settings: Settings, log=print) -> list[tuple[str, str, str, int]]:
     """(worker id, CUDA_VISIBLE_DEVICES, SIMS_PER_WORKER, cores) per worker, as `sizing` sizes this
     node (its one line goes to `log`); ids are unique per node and Slurm job."""
-    node = node_name()
+    node = node_name(settings.node_name)
     job = os.environ.get("SLURM_JOB_ID")
     prefix = f"{node}-j{job}" if job else node
-    plan = size_node(detect())
+    plan = size_node(detect(), settings)
     log(f"[node {node}] {plan.why}")
     return [
         (f"{prefix}-w{i}", dev, plan.sims_per_worker, plan.worker_cores) for i, dev in enumerate(plan.devices)
     ]
 
 
-def prepare(log=print) -> dict[str, str]:
+def prepare(settings: Settings, log=print) -> dict[str, str]:
     """Stage, pin, refresh and prune on this node; returns the environment the workers should get."""
-    cache = Path(knobs.get("NODE_CACHE"))
+    cache = Path(settings.node_cache)
     eval_root = Path(os.environ["EVAL_ROOT"]).resolve()
-    pin = knobs.get("SIM_PIN").strip()
-    envs = [] if knobs.get("STAGE_ENVS").strip() == "none" else knobs.get("STAGE_ENVS").split()
+    pin = settings.sim_pin.strip()
+    envs = [] if settings.stage_envs == ("none",) else list(settings.stage_envs)
     unknown = set(envs) - {"sim", "model"}
     if unknown:
-        raise StagingError(f"STAGE_ENVS={knobs.get('STAGE_ENVS')!r}: unknown env(s) {sorted(unknown)}")
+        raise StagingError(f"STAGE_ENVS={' '.join(envs)!r}: unknown env(s) {sorted(unknown)}")
     if pin and "sim" not in envs:
         raise StagingError(f"SIM_PIN={pin} needs the sim env staged: add 'sim' to STAGE_ENVS")
     out = {"SIM_PY": os.environ["SIM_PY"], "MODEL_PY": os.environ["MODEL_PY"], "CKPT_DIR": ""}
@@ -65,7 +66,7 @@ def prepare(log=print) -> dict[str, str]:
         code = code_copy(eval_root, cache / "code")
         log(f"[node] code of {eval_root}: version {code.name} in {code}")
         hub = Path(os.environ.get("HF_HOME", "")) / "hub"
-        wanted, posts = _choose(cache, envs, out, pin, hub, eval_root, log)
+        wanted, posts = _choose(settings, cache, envs, out, hub, eval_root, log)
         in_use = {w.root for w in wanted.values()}  # making room for one never removes another
         staged = {key: stage(w, keep=in_use, post=posts.get(key), log=log) for key, w in wanted.items()}
         for key in ("SIM_PY", "MODEL_PY"):
@@ -77,10 +78,10 @@ def prepare(log=print) -> dict[str, str]:
         if backbones:
             out["HF_HOME"] = str(_backbone_home(cache, hub, backbones))
         hold([code, *in_use], holder)
-        keep = set(knobs.get("CACHE_KEEP").split())
-        removed = prune(cache, int(knobs.get_float("CACHE_MAX_GB") * GB), in_use, keep)
+        keep = set(settings.cache_keep)
+        removed = prune(cache, int(settings.cache_max_gb * GB), in_use, keep)
         for path in removed:
-            log(f"[node] pruned {path} (cache over CACHE_MAX_GB={knobs.get('CACHE_MAX_GB')})")
+            log(f"[node] pruned {path} (cache over CACHE_MAX_GB={settings.cache_max_gb:g})")
     log(f"[node] SIM_PY={out['SIM_PY']} MODEL_PY={out['MODEL_PY']} CKPT_DIR={out['CKPT_DIR'] or '-'}")
     out["EVAL_ROOT"] = str(code)
     rest = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p and Path(p).resolve() != eval_root]
@@ -89,21 +90,22 @@ def prepare(log=print) -> dict[str, str]:
 
 
 def _choose(
-    cache: Path, envs: list[str], pythons: dict[str, str], pin: str, hub: Path, eval_root: Path, log
+    settings: Settings, cache: Path, envs: list[str], pythons: dict[str, str], hub: Path, eval_root: Path, log
 ) -> tuple[dict[str, Wanted], dict[str, Callable[[Path], None]]]:
     """Everything this launch will use (by export name, `hub/<name>` for a backbone), chosen before
     anything is copied, and the step each venv copy needs before it is published."""
     wanted: dict[str, Wanted] = {}
     posts: dict[str, Callable[[Path], None]] = {}
+    pin = settings.sim_pin.strip()
     for env_name in envs:
         key = f"{env_name.upper()}_PY"
         venv, env_pin = _venv_of(Path(pythons[key])), pin if env_name == "sim" else ""
         wanted[key] = want(cache, "env", venv, extra=env_pin)
-        posts[key] = _venv_post(venv, env_pin, eval_root, log)
-    ckpt = resolve_checkpoint(knobs.get("CKPT_NAME"))
+        posts[key] = _venv_post(venv, env_pin, Path(settings.wheelhouse), eval_root, log)
+    ckpt = resolve_checkpoint(settings.ckpt_name)
     if ckpt is not None:
         wanted["CKPT_DIR"] = want(cache, "ckpt", ckpt)
-    for name in knobs.get("STAGE_BACKBONES").split():
+    for name in settings.stage_backbones:
         if not (hub / name).is_dir():
             raise StagingError(f"STAGE_BACKBONES: {hub / name} does not exist")
         wanted[f"hub/{name}"] = want(cache, "hf", hub / name)
@@ -120,9 +122,9 @@ def _venv_of(python: Path) -> Path:
     return venv
 
 
-def _venv_post(venv: Path, pin: str, eval_root: Path, log) -> Callable[[Path], None]:
-    """What a fresh copy of `venv` needs before it is published: relocating, and `pin` installed."""
-    wheelhouse = Path(knobs.get("WHEELHOUSE"))
+def _venv_post(venv: Path, pin: str, wheelhouse: Path, eval_root: Path, log) -> Callable[[Path], None]:
+    """What a fresh copy of `venv` needs before it is published: relocating, and `pin` installed
+    from `wheelhouse` (WHEELHOUSE: relative to `eval_root` unless absolute)."""
     wheelhouse = wheelhouse if wheelhouse.is_absolute() else eval_root / wheelhouse
 
     def post(copy: Path) -> None:
@@ -153,16 +155,18 @@ def main() -> None:
     parser.add_argument("action", choices=["name", "plan", "prepare"])
     args = parser.parse_args()
     try:
+        settings = Settings.from_env(os.environ)  # every knob checked once, here
         if args.action == "name":
-            print(node_name())
+            print(node_name(settings.node_name))
         elif args.action == "plan":
-            for worker, devices, sims, cores in worker_plan(lambda msg: print(msg, file=sys.stderr)):
+            plan = worker_plan(settings, lambda msg: print(msg, file=sys.stderr))
+            for worker, devices, sims, cores in plan:
                 print(worker, devices or "-", sims, cores)
         else:
-            env = prepare(log=lambda msg: print(msg, file=sys.stderr, flush=True))
+            env = prepare(settings, log=lambda msg: print(msg, file=sys.stderr, flush=True))
             print("\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items()))
     except (StagingError, HoldError, ValueError) as err:
-        print(f"[node {node_name()}] error: {err}", file=sys.stderr)
+        print(f"[node {node_name(knobs.get('NODE_NAME'))}] error: {err}", file=sys.stderr)
         sys.exit(2)
 
 

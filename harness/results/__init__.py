@@ -4,7 +4,7 @@ Every rate is shown with its n and a Wilson 95% interval; errored episodes are c
 never trials; a run that mixes contracts is refused rather than averaged into a meaningless number.
 """
 
-from harness.config.failures import Refused
+from harness.process.failures import Refused
 
 
 class ResultsError(Refused):

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.config.manifest import load_manifest
-from harness.config.plan import run_units
 from harness.config.rundir import RunDir
 from harness.config.stoprule import run_rule
 from harness.episode.records import RecordKey
 from harness.results.cell_decision import DECIDED, CellName, CellPlan, CellVerdict, cell_plans, run_verdicts
+from harness.runqueue import run_units
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """Per-task, per-scene and total success rates of one contract's records.
 
 Totals are given two ways and always labelled: the mean over tasks (each task weighted equally, as the
-reference reports it) and the rate pooled over episodes (each episode weighted equally, the one a
-Wilson interval applies to). Errored episodes are counted apart and never enter a rate. In an adaptive
-run (EVAL_STOP, `harness.results.adaptive`) each cell counts its decided prefix only, and every rate
-carries the anytime-valid interval.
+reference reports it, with its stratified score interval) and the rate pooled over episodes (each
+episode weighted equally, the one a Wilson interval applies to). Errored episodes are counted apart and
+never enter a rate. In an adaptive run (EVAL_STOP, `harness.results.adaptive`) each cell counts its
+decided prefix only, and every rate carries the anytime-valid interval.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from harness.results import ResultsError
 from harness.results.adaptive import Adaptive
 from harness.results.cell_decision import CellVerdict
 from harness.results.load import episode_key, scene_of
-from harness.results.stats import Rate, mean_rate
+from harness.results.stats import Rate, mean_interval, mean_rate
 
 
 @dataclass
@@ -77,6 +77,16 @@ class Group:
     @property
     def mean_hsr(self) -> float | None:
         return mean_rate([t.hsr for t in self.tasks])
+
+    @property
+    def mean_sr_interval(self) -> tuple[float, float] | None:
+        """The stratified score 95% interval of `mean_sr` (`harness.results.stats.mean_interval`); None in
+        an adaptive run."""
+        return mean_interval([t.sr for t in self.tasks])
+
+    @property
+    def mean_hsr_interval(self) -> tuple[float, float] | None:
+        return mean_interval([t.hsr for t in self.tasks])
 
     @property
     def tasks_with_trials(self) -> int:

@@ -37,7 +37,6 @@ from scipy.special import betaln, xlogy
 ALPHA = 0.05
 PRIOR = (0.5, 0.5)  # the beta-binomial mixture's Jeffreys prior
 BET_CAP = 0.5  # bets truncated at BET_CAP / (room to the bound), as in WSR's hedged CS
-GRID = np.linspace(0.0, 1.0, 2001)  # candidate means of x for the paired interval (dSR step 0.001)
 Decision = Literal["better", "worse", "equivalent"]
 _CODES: dict[int, Decision] = {1: "better", -1: "worse", 2: "equivalent"}
 
@@ -55,13 +54,6 @@ def rate_log_evidence(k: np.ndarray | int, n: np.ndarray | int, p: np.ndarray | 
     k_arr, n_arr = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
     log_mix = betaln(a + k_arr, b + n_arr - k_arr) - betaln(a, b)
     return log_mix - xlogy(k_arr, p) - xlogy(n_arr - k_arr, 1 - np.asarray(p, dtype=float))
-
-
-def rate_excludes(
-    k: np.ndarray | int, n: np.ndarray | int, p: np.ndarray | float, alpha: float = ALPHA
-) -> np.ndarray:
-    """Whether the confidence sequence after k of n excludes SR = p (elementwise)."""
-    return rate_log_evidence(k, n, p) >= np.log(1 / alpha)
 
 
 def rate_interval(k: int, n: int, alpha: float = ALPHA) -> tuple[float, float]:
@@ -154,28 +146,3 @@ def compare_decision(
     if not pairs:
         return None
     return _CODES.get(int(decision_path(_diffs(pairs), margin, alpha)[-1]))
-
-
-def paired_log_capital(diffs: np.ndarray, null_diff: np.ndarray | float, alpha: float = ALPHA) -> np.ndarray:
-    """Along the last axis, the log of WSR's hedged capital (half bet up, half down) against
-    dSR = null_diff; the confidence sequence at each time is the null_diff whose value is below
-    log(1/alpha). null_diff broadcasts against the leading axes of diffs."""
-    x = _as_x(diffs)
-    m = (np.asarray(null_diff, dtype=float) + 1) / 2
-    m = m[..., None] if m.ndim else m
-    lam = _bets(x, alpha)
-    return np.logaddexp(_log_capital(x, m, lam, up=True), _log_capital(x, m, lam, up=False)) + np.log(0.5)
-
-
-def paired_interval(pairs: Sequence[tuple[bool, bool]], alpha: float = ALPHA) -> tuple[float, float]:
-    """The anytime-valid interval of dSR = SR(B) - SR(A) after these pairs (in seed order): the dSR
-    values whose hedged capital is below 1/alpha, on a grid of step 0.001 widened by one step."""
-    if not pairs:
-        raise ValueError("a paired interval needs at least one pair")
-    grid = 2 * GRID - 1
-    log_capital = paired_log_capital(_diffs(pairs)[None, :], grid, alpha)[:, -1]
-    kept = np.flatnonzero(log_capital < np.log(1 / alpha))
-    if not kept.size:  # every grid point rejected: the CS is narrower than the grid; keep the least
-        kept = np.array([np.argmin(log_capital)])
-    step = grid[1] - grid[0]
-    return max(grid[kept[0]] - step, -1.0), min(grid[kept[-1]] + step, 1.0)

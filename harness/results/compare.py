@@ -2,7 +2,8 @@
 
 Pairing by (scene, task, seed) removes seed-to-seed difficulty from the difference, so a small change
 can be told from noise; the exact McNemar test uses only the episodes that flipped, and Newcombe's paired
-interval says how large the difference may be.
+interval says how large the difference may be. Per task, the same test Holm-adjusted over the tasks
+gives a verdict (`harness.results.verdicts`): which tasks got better or worse.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from harness.episode.records import is_trial
 from harness.results import ResultsError
 from harness.results.load import EpisodeKey, LoadedRun, episode_key, split_by_contract
 from harness.results.stats import PairedTest, Rate, mean_rate, paired_diff_interval
+from harness.results.verdicts import ALPHA, TaskVerdict, task_verdicts
 from harness.results.videos import source_video
 
 
@@ -69,6 +71,11 @@ class Comparison:
     cells: list[PairedCell]
     total: PairedCell
     flips: list[Flip]
+    alpha: float = ALPHA  # the level of the per-task verdicts
+
+    def verdicts(self, metric: str) -> list[TaskVerdict]:
+        """Per task (in `cells` order): exact McNemar, Holm-adjusted over the tasks, and the verdict."""
+        return task_verdicts([(c.name, c.test(metric)) for c in self.cells], self.alpha)
 
     def mean_diff(self, metric: str) -> float | None:
         """Mean over tasks of the per-task difference (each task weighted equally)."""
@@ -82,8 +89,9 @@ def _by_key(loaded: LoadedRun) -> dict[EpisodeKey, dict[str, Any]]:
     return {episode_key(r): r for r in loaded.records}
 
 
-def compare(a: LoadedRun, b: LoadedRun) -> Comparison:
-    """Pair two runs; an error when they share no (scene, task, seed) trial."""
+def compare(a: LoadedRun, b: LoadedRun, alpha: float = ALPHA) -> Comparison:
+    """Pair two runs; an error when they share no (scene, task, seed) trial. `alpha`: the level of the
+    per-task verdicts."""
     recs_a, recs_b = _by_key(a), _by_key(b)
     cells: dict[tuple[str, str], PairedCell] = {}
     total = PairedCell("TOTAL")
@@ -107,7 +115,7 @@ def compare(a: LoadedRun, b: LoadedRun) -> Comparison:
             f"runs {a.run.root} and {b.run.root} share no (scene, task, seed) that is a trial in both "
             f"({total.only_a} only in A, {total.only_b} only in B, {total.errored} errored in one)"
         )
-    return Comparison(a.run.name, b.run.name, [c for c in cells.values() if c.pairs], total, flips)
+    return Comparison(a.run.name, b.run.name, [c for c in cells.values() if c.pairs], total, flips, alpha)
 
 
 def _outcome(record: dict[str, Any]) -> tuple[bool, bool]:

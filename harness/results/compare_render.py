@@ -1,4 +1,5 @@
-"""A comparison as a text table (stdout), JSON, and an HTML page whose flipped seeds link both videos."""
+"""A comparison as a text table (stdout) with the per-task verdicts, JSON, and an HTML page whose flipped
+seeds link both videos."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from harness.results.compare import Comparison, Flip, PairedCell
 from harness.results.tables import columns
+from harness.results.verdicts import CORRECTION, TaskVerdict
 
 METRICS = (("SR", "success"), ("HSR", "hard_success"))
 DIFF_INTERVAL = "Newcombe paired 95%"
@@ -45,6 +47,26 @@ def _row(cell: PairedCell) -> list[str]:
     return [*row, f"{cell.only_a}/{cell.only_b}/{cell.errored}"]
 
 
+def _verdict_table(comp: Comparison) -> list[str]:
+    """Per task and metric: the discordant pairs, p, Holm-adjusted p and the verdict."""
+    head = ["task"]
+    for name, _ in METRICS:
+        head += [f"{name} A>B/B>A", f"{name} p", f"{name} p Holm", f"{name} verdict"]
+    per_metric = [comp.verdicts(metric) for _, metric in METRICS]
+    rows = [head]
+    for i, cell in enumerate(comp.cells):
+        row = [cell.name]
+        for verdicts in per_metric:
+            v = verdicts[i]
+            row += [f"{v.test.b}/{v.test.c}", f"{v.test.p_value:.3g}", f"{v.p_holm:.3g}", v.verdict]
+        rows.append(row)
+    return [
+        f"per-task verdicts at α = {comp.alpha:g}: exact McNemar per task, p Holm-adjusted over the "
+        f"{len(comp.cells)} task(s) (the chance of any wrong 'better'/'worse' ≤ α)",
+        columns(rows),
+    ]
+
+
 def to_text(comp: Comparison) -> str:
     """The table per task and pooled, the mean-over-tasks difference, and every flipped seed."""
     head = ["task", "pairs"]
@@ -61,6 +83,7 @@ def to_text(comp: Comparison) -> str:
         f"ΔHSR {_pct(comp.mean_diff('hard_success'), True)}",
         f"TOTAL pooled over paired episodes: the TOTAL row above ({len(comp.total.pairs)} pairs)",
         "",
+        *_verdict_table(comp),
         f"flipped seeds ({len(comp.flips)}):",
     ]
     lines += [
@@ -83,7 +106,8 @@ def _flip_dict(flip: Flip) -> dict[str, Any]:
     }
 
 
-def _cell_dict(cell: PairedCell) -> dict[str, Any]:
+def _cell_dict(cell: PairedCell, verdicts: dict[str, TaskVerdict] | None = None) -> dict[str, Any]:
+    """A task's or the pooled cell's numbers; `verdicts` (a task's, by metric) adds p_holm and verdict."""
     out: dict[str, Any] = {
         "name": cell.name,
         "pairs": len(cell.pairs),
@@ -105,15 +129,22 @@ def _cell_dict(cell: PairedCell) -> dict[str, Any]:
             "b_only_success": test.c,
             "p_mcnemar_exact": test.p_value,
         }
+        if verdicts is not None:
+            out[name.lower()] |= {"p_holm": verdicts[metric].p_holm, "verdict": verdicts[metric].verdict}
     return out
 
 
 def to_json(comp: Comparison) -> str:
+    per_metric = {metric: comp.verdicts(metric) for _, metric in METRICS}
     doc = {
         "a": comp.a_name,
         "b": comp.b_name,
         "diff": "B - A",
-        "tasks": [_cell_dict(c) for c in comp.cells],
+        "verdicts": {"alpha": comp.alpha, "test": "exact McNemar", "correction": CORRECTION},
+        "tasks": [
+            _cell_dict(c, {metric: v[i] for metric, v in per_metric.items()})
+            for i, c in enumerate(comp.cells)
+        ],
         "pooled": _cell_dict(comp.total),
         "mean_over_tasks": {"sr_diff": comp.mean_diff("success"), "hsr_diff": comp.mean_diff("hard_success")},
         "flips": [_flip_dict(f) for f in comp.flips],

@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.config.paths import run_dir
 from harness.episode.records import record_key
-from harness.queue.units import path_part
+from harness.pathnames import path_part
 from harness.results import ResultsError
 from harness.results.adaptive import load_adaptive
 from harness.results.aggregate import Summary, summarize

@@ -16,6 +16,7 @@ from harness.episode.records import is_trial
 from harness.results.aggregate import Group, Summary, TaskResult
 from harness.results.load import EpisodeKey, episode_key
 from harness.results.stats import Rate
+from harness.results.tables import mean_note, mean_text
 
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
@@ -59,8 +60,13 @@ def _rate_cell(rate: Rate) -> str:
     return f"<td>{_rate(rate)}</td>"
 
 
-def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{100 * value:.1f}%"
+def _mean(value: float | None, interval: tuple[float, float] | None) -> str:
+    """A mean over tasks, its interval small and grey as a rate's is."""
+    text = mean_text(value, interval)
+    if interval is None:
+        return text
+    mean, bracket = text.split(" ", 1)
+    return f"{mean} <span class=ci>{bracket}</span>"
 
 
 def _scene_table(scenes: list[Group], total: Group) -> str:
@@ -70,7 +76,8 @@ def _scene_table(scenes: list[Group], total: Group) -> str:
     )
     body = "".join(
         f"<tr><td>{html.escape(g.name)}</td><td>{len(g.tasks)}</td>{_rate_cell(g.pooled_sr)}"
-        f"{_rate_cell(g.pooled_hsr)}<td>{_pct(g.mean_sr)}</td><td>{_pct(g.mean_hsr)}</td><td>{g.errored}</td></tr>"
+        f"{_rate_cell(g.pooled_hsr)}<td>{_mean(g.mean_sr, g.mean_sr_interval)}</td>"
+        f"<td>{_mean(g.mean_hsr, g.mean_hsr_interval)}</td><td>{g.errored}</td></tr>"
         for g in [*scenes, total]
     ).replace("<tr><td>TOTAL", "<tr class=total><td>TOTAL")
     return f"<table id=scenes>{head}{body}</table>"
@@ -143,7 +150,10 @@ def render(
         "trials.</p>",
         _adaptive_note(summary),
         f"<p><b>Total, mean over tasks</b> (each of {total.tasks_with_trials} tasks weighted equally): "
-        f"SR {_pct(total.mean_sr)}, HSR {_pct(total.mean_hsr)}.<br><b>Total, pooled over episodes</b>: "
+        f"SR {_mean(total.mean_sr, total.mean_sr_interval)}, "
+        f"HSR {_mean(total.mean_hsr, total.mean_hsr_interval)} "
+        f"<span class=ci>({html.escape(mean_note(summary.adaptive is not None))})</span>."
+        "<br><b>Total, pooled over episodes</b>: "
         f"SR {_rate(total.pooled_sr)}, HSR {_rate(total.pooled_hsr)}; errored: {total.errored}.</p>",
         "<h2>Scenes</h2>",
         _scene_table(summary.scenes, total),

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from harness.config.plan import queue_states, run_units
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.episode.records import is_trial, read_tree
 from harness.queue.listing import UnitState
 from harness.queue.units import Unit
@@ -22,6 +22,7 @@ from harness.results import ResultsError
 from harness.results.adaptive import Adaptive, load_adaptive
 from harness.results.cell_decision import DECIDED
 from harness.results.stats import Rate
+from harness.runqueue import queue_states, run_units
 
 THROUGHPUT_WINDOW_S = 600.0
 RECENT_ERRORS = 5
@@ -82,13 +83,14 @@ def finished_time(record: dict[str, Any]) -> float | None:
         return None
 
 
-def collect(run: RunDir, now: float | None = None) -> Status:
-    """Everything the status display shows, from one pass over the lease dir and the records."""
+def collect(run: RunDir, settings: Settings, now: float | None = None) -> Status:
+    """Everything the status display shows, from one pass over the lease dir and the records
+    (`settings`: the queue's timing knobs judge the leases)."""
     if not run.queue.exists():
         raise ResultsError(f"{run.root} is not a run dir: it has no queue.txt")
     now = time.time() if now is None else now
     units, source = planned_units(run)
-    status = Status(run, queue_states(run, units), source)
+    status = Status(run, queue_states(run, settings, units), source)
     found = read_tree(run.results)
     status.warnings += found.warnings()  # torn lines, and each malformed record by file:line
     planned = [found.records.get((u.task, u.task_config, s)) for u in units for s in u.seeds]

@@ -2,7 +2,8 @@
 
 Each table states what its rates mean and how totals were formed, so a number copied out of it keeps
 its n, its interval (Wilson, or anytime-valid in an adaptive run) and whether it is a mean over tasks
-or pooled over episodes. An adaptive run's tables add each cell's state and the episodes saved.
+(with its stratified score interval, `harness.results.stats.mean_interval`) or pooled over episodes. An
+adaptive run's tables add each cell's state and the episodes saved.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 from typing import Any
 
 from harness.results.aggregate import Group, Summary, TaskResult
-from harness.results.stats import Rate
+from harness.results.stats import MEAN_INTERVAL, Rate
 
 LEGEND = (
     "SR = success rate; HSR = hard success rate (success and no collision).\n"
@@ -40,6 +41,18 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.1f}%"
 
 
+def mean_text(value: float | None, interval: tuple[float, float] | None) -> str:
+    """A mean over tasks with its interval: `62.5% [49.2–73.4]`; the bare mean when it has none."""
+    if value is None or interval is None:
+        return _pct(value)
+    return f"{_pct(value)} [{100 * interval[0]:.1f}–{100 * interval[1]:.1f}]"
+
+
+def mean_note(adaptive: bool) -> str:
+    """What the mean over tasks' brackets are."""
+    return "no interval: an adaptive run" if adaptive else f"brackets: {MEAN_INTERVAL}"
+
+
 def columns(rows: list[list[str]]) -> str:
     """Rows of cells as aligned text columns, the first row a header underlined with dashes."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -49,9 +62,11 @@ def columns(rows: list[list[str]]) -> str:
 
 
 def _totals(group: Group, label: str) -> str:
+    adaptive = any(t.verdict is not None for t in group.tasks)
     return (
         f"{label} mean over tasks (each task weighted equally, {group.tasks_with_trials} task(s)): "
-        f"SR {_pct(group.mean_sr)}  HSR {_pct(group.mean_hsr)}\n"
+        f"SR {mean_text(group.mean_sr, group.mean_sr_interval)}  "
+        f"HSR {mean_text(group.mean_hsr, group.mean_hsr_interval)}  ({mean_note(adaptive)})\n"
         f"{label} pooled over episodes (each episode weighted equally): "
         f"SR {group.pooled_sr.text()}  HSR {group.pooled_hsr.text()}\n"
         f"{label} errored episodes (not trials): {group.errored}\n"
@@ -78,8 +93,8 @@ def total_text(summary: Summary, header: str) -> str:
             str(len(g.tasks)),
             g.pooled_sr.text(),
             g.pooled_hsr.text(),
-            _pct(g.mean_sr),
-            _pct(g.mean_hsr),
+            mean_text(g.mean_sr, g.mean_sr_interval),
+            mean_text(g.mean_hsr, g.mean_hsr_interval),
             str(g.errored),
         ]
         for g in summary.scenes
@@ -157,12 +172,23 @@ def to_csv(summary: Summary) -> str:
 def to_json(summary: Summary, meta: dict[str, Any]) -> str:
     """Rows plus the run's metadata and warnings; the two totals are named, not implied."""
     total = summary.total
+    sr_lo, sr_hi = total.mean_sr_interval or (None, None)
+    hsr_lo, hsr_hi = total.mean_hsr_interval or (None, None)
     doc = {
         **meta,
         "contract": summary.contract,
         "interval": summary.interval,
         "totals": {
-            "mean_over_tasks": {"sr": total.mean_sr, "hsr": total.mean_hsr, "tasks": total.tasks_with_trials},
+            "mean_over_tasks": {
+                "sr": total.mean_sr,
+                "sr_lo": sr_lo,
+                "sr_hi": sr_hi,
+                "hsr": total.mean_hsr,
+                "hsr_lo": hsr_lo,
+                "hsr_hi": hsr_hi,
+                "interval": None if sr_lo is None else MEAN_INTERVAL,
+                "tasks": total.tasks_with_trials,
+            },
             "pooled_over_episodes": {"sr": total.pooled_sr.as_dict(), "hsr": total.pooled_hsr.as_dict()},
             "errored": total.errored,
         },

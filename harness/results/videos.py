@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.rundir import RunDir
-from harness.queue.units import path_part
+from harness.pathnames import path_part
 from harness.results.load import EpisodeKey, episode_key, scene_of
 
 VIDEO_MODES = ("link", "copy", "none")

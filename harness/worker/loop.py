@@ -26,19 +26,21 @@ import time
 from pathlib import Path
 
 from harness.config.contract import CODE_REFUSED_EXIT, verify_environment
-from harness.config.failures import run_command
 from harness.config.manifest import ContractMismatch
 from harness.config.paths import run_dir
-from harness.config.plan import run_units
 from harness.config.rundir import RunDir
 from harness.config.settings import Settings
-from harness.config.stopsignals import StopSignals
 from harness.config.validate import InputRefused
 from harness.episode.records import now_iso_microseconds, read_tree
+from harness.episode.serverdial import probe
+from harness.process.failures import run_command
+from harness.process.stopsignals import StopSignals
 from harness.queue import slurmjob
 from harness.queue.lease import Lease
 from harness.queue.owner import pid_namespace
 from harness.queue.units import Unit
+from harness.runqueue import run_units
+from harness.wire.errors import WireError
 from harness.worker import children, faults, slot_count
 from harness.worker.episode_costs import seed_costs
 from harness.worker.external_server import ExternalServer
@@ -91,13 +93,13 @@ class Worker:
         """Refuse to run under a contract other than the run's. A run dir whose manifest cannot be
         read is refused too (ManifestError): reading it decides, never an exists() probe, which a
         stale NFS negative lookup can answer "no" and so turn off the check."""
-        contract = verify_environment(self.run.root)
+        contract = verify_environment(self.run.root, probe=probe(self.settings))
         self.env["EVAL_CONTRACT"] = contract  # its children's environment: they read it from there
         self.settings = dataclasses.replace(self.settings, contract=contract)
         self.log(f"contract {contract[:12]} verified against {self.run.manifest}")
 
     def on_signal(self, signum: int) -> None:
-        """SIGTERM/SIGINT, called in ordinary code (harness.config.stopsignals), never in the handler."""
+        """SIGTERM/SIGINT, called in ordinary code (harness.process.stopsignals), never in the handler."""
         self.log(f"got signal {signum}: finishing the current step, releasing the lease")
         self.stop.set()
 
@@ -299,4 +301,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_command("worker", main))
+    sys.exit(run_command("worker", main, failures=(WireError,)))

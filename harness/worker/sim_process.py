@@ -1,6 +1,6 @@
 """A worker's long-lived sim process, given one unit at a time and watched for stalls, timeouts, fencing.
 
-The process (`eval_policy_client.py --serve`, harness/episode/simserver.py) is started on the first
+The process (`eval_policy_client.py`, harness/episode/simserver.py) is started on the first
 unit and kept: imports and the renderer start once, not once per unit. Each unit is one job line
 on its stdin; its end is one `UNIT_END` line on its stdout. While a unit runs, the client replaces
 its progress file (`{"seed", "step"}`) at every step. A process whose progress file has not changed

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.config.plan import open_queue
 from harness.config.rundir import RunDir
 from harness.config.settings import Settings
 from harness.queue.leases import LeaseQueue
 from harness.queue.units import Unit
+from harness.runqueue import open_queue
 from harness.worker.model_server_process import ModelServerProcess
 from harness.worker.sim_process import SimOutcome, SimProcess, read_progress
 from harness.worker.unit_records import record_errored
@@ -48,10 +48,10 @@ def writer_id(worker_id: str, index: int) -> str:
 
 
 def serve_argv(env: dict[str, str], ready_file: Path) -> list[str]:
-    """The persistent sim process: the sim client in `--serve` mode (job lines on stdin)."""
+    """The persistent sim process: the sim client, given job lines on stdin."""
     root = Path(env.get("EVAL_ROOT", "."))
     return [
-        env.get("SIM_PY", sys.executable), str(root / "scripts" / "eval_policy_client.py"), "--serve",
+        env.get("SIM_PY", sys.executable), str(root / "scripts" / "eval_policy_client.py"),
         "--ready-file", str(ready_file), "--worker-pid", str(os.getpid()),
     ]  # fmt: skip
 
@@ -134,5 +134,5 @@ def open_slot(
         log(f"sim process pid {pid} started")
 
     sim = SimProcess(serve_argv(env, server.client_ready_file), env, started)
-    queue = open_queue(run, wid, units)
+    queue = open_queue(run, wid, settings, units)
     return SimSlot(index, wid, queue, tmp / f"progress-{index}.json", sim, log, settings, ran)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from harness.config.manifest import ManifestError
-from harness.config.plan import run_units
 from harness.config.rundir import RunDir
 from harness.episode.records import read_tree
+from harness.runqueue import run_units
 from support.poolkit import make_run, pool_env, run_worker
 
 HOW = "scripts/new_run.py"

@@ -1,21 +1,46 @@
-"""docs/contracts.md's checked tables against the code: record fields, wrapper functions and call
-arguments, wire message types, the sim process's job line, and the lease queue's on-disk names."""
+"""docs/contracts.md's checked tables against the code: stage ranks, record fields, wrapper functions
+and call arguments, wire message types and codecs, the sim process's job line, progress file and exit
+statuses, the lease queue's settings and on-disk names."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
+import inspect
+import json
 import re
+from pathlib import Path
+from types import SimpleNamespace
 
 from docpages import DOCS, ROOT, first_column, section, tables
 
-from harness.episode import records, simserver
-from harness.wire import protocol
+from harness import runqueue
+from harness.config import contract
+from harness.episode import records, simclient, simserver
+from harness.queue.leases import QueueSettings
+from harness.wire import codecs, protocol
+from harness.worker.sim_process import read_progress
 
 CONTRACTS = DOCS / "contracts.md"
+SIM_CLIENT = "Sim client process"
+QUEUE = "Lease queue and worker (`harness.queue`, `harness.runqueue`, `harness.worker.loop`)"
 
 
 def _table(heading: str, index: int = 0) -> list[str]:
     return first_column(tables(section(CONTRACTS, heading))[index])
+
+
+def _rows(heading: str, index: int = 0) -> list[list[str]]:
+    """Every cell of a table's body rows, backticks stripped."""
+    body = tables(section(CONTRACTS, heading))[index].splitlines()[2:]
+    return [[cell.strip().strip("`") for cell in row.strip().strip("|").split("|")] for row in body]
+
+
+def test_stage_ranks_are_test_layers_s() -> None:
+    """tests/test_layers.py's RANKS, read from its source (tests/ is not a package)."""
+    layers = (ROOT / "tests/test_layers.py").read_text()
+    ranks = ast.literal_eval(re.search(r"(?ms)^RANKS = (\{.*?^\})", layers).group(1))
+    assert {stage: int(rank) for stage, rank in _rows("Python package `harness`")} == ranks
 
 
 def test_record_fields_are_the_code_s() -> None:
@@ -28,8 +53,12 @@ def test_message_types_are_the_code_s() -> None:
     assert tuple(_table("Wire messages (`harness.wire.protocol`)")) == protocol.REQUEST_TYPES
 
 
+def test_codecs_are_the_code_s() -> None:
+    assert _table("Wire messages (`harness.wire.protocol`)", 1) == list(codecs.CODECS)
+
+
 def test_job_line_fields_are_the_code_s() -> None:
-    documented = _table("Sim client process")
+    documented = _table(SIM_CLIENT)
     required = [f for f in documented if f != "progress_file"]
     assert tuple(required) == simserver.JOB_FIELDS
     assert "progress_file" in documented
@@ -70,8 +99,7 @@ def test_wrapper_functions_are_the_ones_the_loader_looks_up() -> None:
 
 
 def test_queue_layout_is_the_code_s() -> None:
-    heading = "Lease queue and worker (`harness.queue`, `harness.config.plan`, `harness.worker.loop`)"
-    documented = _table(heading)
+    documented = _table(QUEUE)
     leases = (ROOT / "harness/queue/leases.py").read_text()
     docstring = ast.get_docstring(ast.parse(leases)) or ""
     layout = docstring.split("On-disk layout", 1)[1].split("\n\n", 2)[1]
@@ -84,3 +112,38 @@ def test_queue_layout_is_the_code_s() -> None:
         for piece in re.split(r"<[a-z]+>", name.rstrip("/")):
             if piece:
                 assert piece in source, f"{name}: {piece!r} is built nowhere in harness/queue"
+
+
+def test_progress_file_is_the_code_s(tmp_path: Path) -> None:
+    """The doc's example reads back with the worker's reader, and has the keys the sim client writes."""
+    text = section(CONTRACTS, SIM_CLIENT)
+    example = re.search(r"```json\n(.*?)\n", text).group(1)
+    path = tmp_path / "progress.json"
+    path.write_text(example)
+    assert read_progress(path)[1] == json.loads(example)["seed"]
+    writer = SimpleNamespace(job=SimpleNamespace(progress_file=path), _progress_at=0.0, _seed_started_at=1.0)
+    simclient.SimClient._progress(writer, 7, 0)  # an episode's start: always written
+    assert json.loads(path.read_text()).keys() == json.loads(example).keys()
+    assert f"`simclient.PROGRESS_EVERY_S` ({simclient.PROGRESS_EVERY_S:g} s)" in text
+
+
+def test_exit_statuses_are_the_code_s() -> None:
+    """Each constant the table names has its status, and the table names every status constant of
+    the sim process (harness.episode.simserver's own and the one it imports from contract)."""
+    rows = _rows(SIM_CLIENT, 1)
+    assert rows[0][:2] == ["0", ""]
+    modules = {"simserver": simserver, "contract": contract}
+    for code, name, _ in rows[1:]:
+        module, attr = name.split(".")
+        assert getattr(modules[module], attr) == int(code), f"{name} is not {code}"
+    in_code = {k: v for k, v in vars(simserver).items() if k.isupper() and type(v) is int}
+    assert {name.split(".")[1]: int(code) for code, name, _ in rows[1:]} == in_code
+
+
+def test_queue_settings_are_the_code_s() -> None:
+    rows = _rows(QUEUE, 1)
+    assert [field for field, _ in rows] == [f.name for f in dataclasses.fields(QueueSettings)]
+    source = inspect.getsource(runqueue.queue_settings)
+    for field, knob in rows:  # the knob the doc names is the one queue_settings reads for it
+        name = re.match(r"[A-Z_]+", knob).group(0)  # read as knobs.get*("NAME") or settings.name
+        assert re.search(rf"\b{field}=.*(\"{name}\"|\.{name.lower()}\b)", source), f"{field}: not from {name}"

@@ -42,7 +42,6 @@ def test_smooth_rot_off_only_xyz() -> None:
 def test_dual_arm_dims_and_grippers() -> None:
     assert list(actions.smoothed_dims(20, True)) == [*range(9), *range(10, 19)]
     assert list(actions.smoothed_dims(20, False)) == [0, 1, 2, 10, 11, 12]
-    assert list(actions.gripper_dims(20)) == [9, 19]
     runner = ChunkRunner(action_dim=20, alpha=0.25)
     runner.plan(np.full((1, 20), 8.0, np.float32))
     out = runner.plan(np.zeros((2, 20), np.float32))

@@ -15,7 +15,8 @@ import pytest
 from harness.config.rundir import Cell, QueueFileError, RunDir, read_queue
 from harness.config.seedbank import bank_file
 from harness.episode.records import read_tree
-from harness.queue.units import KEY_MAX, Unit, path_part
+from harness.pathnames import path_part
+from harness.queue.units import KEY_MAX, Unit
 from harness.results.organize import Options, organize
 from support.poolkit import REPO, SLEEP_POLICY, debug_worker
 

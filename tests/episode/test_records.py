@@ -14,6 +14,7 @@ import pytest
 from harness.config.create import create_run
 from harness.config.manifest import Manifest
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.episode.records import append_record, read_tree
 from harness.results.aggregate import summarize
 from harness.results.organize import Options, organize
@@ -207,12 +208,12 @@ def test_compare_and_progress_warn_without_traceback(
     assert compared.returncode == 0, compared.stderr
     assert "Traceback" not in compared.stdout + compared.stderr
     assert all(w in compared.stderr for w in wheres), compared.stderr
-    status = collect(run)
+    status = collect(run, Settings.from_env(os.environ))
     assert (status.done, status.sr.k, status.sr.n) == (6, 3, 6)
     assert all(any(w in x for x in status.warnings) for w in wheres)
     from harness.launch.localpool import progress_line
     from harness.launch.progress import progress, results_table
 
-    assert "episodes 6/6, 0 errored | SR so far " + SR in progress_line(run)
+    assert "episodes 6/6, 0 errored | SR so far " + SR in progress_line(run, Settings.from_env(os.environ))
     assert progress(run, manifest).done == 6
     assert SR in results_table([("m1", run, manifest)], "model")

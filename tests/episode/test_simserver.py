@@ -1,4 +1,4 @@
-"""The persistent sim process (`eval_policy_client.py --serve`) as a worker runs it: a real process
+"""The persistent sim process (`eval_policy_client.py`) as a worker runs it: a real process
 given job lines, a real model server, a run created the proper way. What goes wrong with a unit's
 videos must never end the process: the next job must still be served by the same pid. A job in a
 run dir without its run.yaml is refused, never run outside a contract."""
@@ -33,11 +33,11 @@ DEFAULTS = Settings.from_env({})  # every knob at its default
 
 
 class ServeProcess:
-    """`eval_policy_client.py --serve` with its stdout read line by line in a thread."""
+    """`eval_policy_client.py` with its stdout read line by line in a thread."""
 
     def __init__(self, env: dict[str, str], ready: Path) -> None:
         script = REPO / "scripts" / "eval_policy_client.py"
-        argv = [sys.executable, str(script), "--serve", "--ready-file", str(ready)]
+        argv = [sys.executable, str(script), "--ready-file", str(ready)]
         self.proc = subprocess.Popen(
             argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )

@@ -1,4 +1,4 @@
-"""The worker ⇄ sim process job protocol (`eval_policy_client.py --serve`), through
+"""The worker ⇄ sim process job protocol (`eval_policy_client.py`), through
 `harness.episode.simserver.serve` in this process: one JSON job line per unit, one UNIT_END answer
 line per job, a bad line answered with a clear error and the process kept. The real process, as a
 worker runs it, is tests/episode/test_simserver.py's."""

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.config.create import create_run
+from harness.episode.simserver import UNIT_END
 from harness.wire.readyfile import read_ready
 from tests.support.wirekit import REPO, model_python, start_server_process, stop_process, wait_for
 
@@ -103,8 +104,13 @@ expect: {policy: hold, action_dim: 10}
 
 
 class ClientRun:
+    """One unit run by a sim process: `rc` is its UNIT_END returncode (the process's exit status
+    when it ended before answering), `err` the unit's log and the process's stderr together."""
+
     def __init__(self, proc: subprocess.CompletedProcess, run_dir: Path) -> None:
-        self.rc, self.out, self.err = proc.returncode, proc.stdout, proc.stderr
+        ends = [line for line in proc.stdout.splitlines() if line.startswith(UNIT_END)]
+        self.rc = json.loads(ends[-1][len(UNIT_END) :])["returncode"] if ends else proc.returncode
+        self.out, self.err = proc.stdout, proc.stdout + proc.stderr
         self.records = [
             json.loads(line) for path in sorted(run_dir.rglob("_metrics*.jsonl")) for line in path.open()
         ]
@@ -119,7 +125,8 @@ def run_client(
     run_dir: Path | None = None,
     **env: str,
 ) -> ClientRun:
-    """scripts/eval_policy_client.py with POLICY_SERVER=server (FastBench unless env says otherwise)."""
+    """One unit of scripts/eval_policy_client.py with POLICY_SERVER=server (FastBench unless env says
+    otherwise)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     map_file = tmp_path / "map.yaml"
     map_file.write_text(mapping)
@@ -135,9 +142,11 @@ def run_client(
         plain = {k: v for k, v in full_env.items() if not k.startswith("POLICY_SERVER")}
         create_run(run_dir, queue, {**plain, "USE_EVAL_SEEDS": "0", "EVAL_TEST_NUM": str(max(seeds) + 1)})
     cmd = [
-        sys.executable, str(REPO / "scripts" / "eval_policy_client.py"), "--run-dir", str(run_dir),
-        "--scene", "table", "--task", task, "--seeds", *map(str, seeds),
-        "--ready-file", str(tmp_path / "unused-ready.json"), "--writer-id", "w0",
+        sys.executable, str(REPO / "scripts" / "eval_policy_client.py"),
+        "--ready-file", str(tmp_path / "unused-ready.json"),
     ]  # fmt: skip
-    proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=300)
+    job = {"run_dir": str(run_dir), "scene": "table", "task": task, "seeds": seeds, "writer_id": "w0"}
+    proc = subprocess.run(
+        cmd, input=json.dumps(job) + "\n", env=full_env, capture_output=True, text=True, timeout=300
+    )
     return ClientRun(proc, run_dir)

@@ -11,6 +11,8 @@ import pytest
 from harness.config import create
 from harness.config.contract import verify_environment
 from harness.config.manifest import ContractMismatch, load_manifest
+from harness.config.settings import Settings
+from harness.episode.serverdial import probe
 from tests.interop.conftest import VLA_MAP, free_port, run_client
 
 
@@ -29,7 +31,7 @@ def new_run(tmp_path: Path, env: dict[str, str]) -> Path:
     queue = tmp_path / "queue.txt"
     queue.write_text("table T\n")
     run = tmp_path / "runs" / "r1"
-    create.create_run(run, queue, env)
+    create.create_run(run, queue, env, probe=probe(Settings.from_env(env)))
     return run
 
 
@@ -41,12 +43,19 @@ def test_the_contract_records_the_server_and_refuses_another(
     section = load_manifest(run).contract["policy_server"]
     assert section["protocol"] == "vla-eval" and section["policy"] == "vla-hold"
     assert len(section["metadata_sha256"]) == 64 and len(section["map_sha256"]) == 64
-    verify_environment(run, {**env, "POLICY_SERVER": vla_server("hold")}, check_installed=False)  # same model
+    verify(run, {**env, "POLICY_SERVER": vla_server("hold")})  # same model
     with pytest.raises(ContractMismatch, match=r"policy_server\.metadata_sha256: run\.yaml has"):
-        verify_environment(run, {**env, "POLICY_SERVER": vla_server("declare_9")}, check_installed=False)
+        verify(run, {**env, "POLICY_SERVER": vla_server("declare_9")})
     gone = f"127.0.0.1:{free_port()}"
     with pytest.raises(ContractMismatch, match=f"POLICY_SERVER={gone}: cannot read its metadata"):
-        verify_environment(run, {**env, "POLICY_SERVER": gone}, check_installed=False)
+        verify(run, {**env, "POLICY_SERVER": gone})
+    with pytest.raises(ContractMismatch, match="this check does not dial policy servers"):
+        verify_environment(run, {**env, "POLICY_SERVER": gone}, check_installed=False)  # no probe: refused
+
+
+def verify(run: Path, env: dict[str, str]) -> str:
+    """A worker's contract check, without the installed simulator (it dials the server)."""
+    return verify_environment(run, env, check_installed=False, probe=probe(Settings.from_env(env)))
 
 
 def test_a_sim_client_refuses_a_server_other_than_the_contracts(

@@ -4,6 +4,7 @@ every kind of bad server the issue names, each an errored episode or one clear e
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -14,6 +15,7 @@ import yaml
 from websockets.sync.server import ServerConnection, serve
 
 from harness.config.policymap import parse_policy_map
+from harness.config.settings import Settings
 from harness.episode.external import ExternalPolicyClient
 from harness.wire.errors import WireError
 from tests.interop.conftest import OPENPI_MAP, VLA_MAP, free_port, run_client
@@ -132,7 +134,9 @@ def test_a_server_gone_mid_episode_errors_that_episode_then_ends_the_unit(
 
 def test_image_size_and_action_dim_mismatches_name_both_values(vla_server: Callable[..., str]) -> None:
     policy_map = parse_policy_map(yaml.safe_load(CAMERA_MAP), "camera-map")
-    client = ExternalPolicyClient(vla_server("hold", needs_image=True), policy_map)
+    client = ExternalPolicyClient(
+        vla_server("hold", needs_image=True), policy_map, Settings.from_env(os.environ)
+    )
     spec = {"action_dim": 20, "cameras": ["base_camera"], "image_size": 128}
     with client, pytest.raises(WireError) as refused:
         client.hello(spec)

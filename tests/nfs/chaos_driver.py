@@ -30,11 +30,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness.config.plan import run_units
 from harness.config.rundir import RunDir
 from harness.episode.records import check_record, metrics_files, read_tree, record_key
 from harness.queue.listing import scan
 from harness.queue.units import Unit
+from harness.runqueue import run_units
 from harness.worker.loop import TEMP_PREFIX
 from nfs.facts import REPO, emit, require_nfs
 from support.leftovers import wait_for_no_leftovers
@@ -334,6 +334,7 @@ def judge_frozen(server: RunDir, units, frozen: dict[str, Any], raw, logs: Path)
         ],
         "log": lines[-12:],
     }  # fmt: skip
+
 
 if __name__ == "__main__":
     main()

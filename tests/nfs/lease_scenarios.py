@@ -27,9 +27,10 @@ from typing import Any
 
 from harness.config import knobs
 from harness.config.create import create_run
-from harness.config.plan import open_queue, queue_states, run_units
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.queue.units import Unit
+from harness.runqueue import open_queue, queue_states, run_units
 from nfs.facts import emit, require_nfs
 
 CTX = mp.get_context("fork")
@@ -87,7 +88,7 @@ def ttl_passed() -> float:
 
 
 def _claim_all(run: RunDir, worker: str, out: Path, gate) -> None:
-    queue = open_queue(run, worker)
+    queue = open_queue(run, worker, Settings.from_env(os.environ))
     gate.wait()  # every process starts claiming at once, so that they really contend
     with open(out, "w") as handle:
         while (lease := queue.claim()) is not None:
@@ -100,7 +101,7 @@ def _hold(run: RunDir, worker: str, hostname: str | None, ready: Path, result: P
     """Claim one unit, say which, hold it up to `seconds` (or until lost), then try to mark it done."""
     if hostname:
         become(hostname)
-    queue = open_queue(run, worker)
+    queue = open_queue(run, worker, Settings.from_env(os.environ))
     lease = queue.claim()
     assert lease is not None, "nothing to claim"
     staged = ready.with_name(ready.name + ".tmp")  # renamed whole: the host never reads a half-written key
@@ -165,7 +166,7 @@ def stopped_owner(v: Views) -> dict[str, Any]:
     v.write_queue(["s u0", "s u1"])
     holder, key = _start_holder(v, 1, "node1", seconds=120)
     facts: dict[str, Any] = {"key": key}
-    other = open_queue(v.mnt2, "other")
+    other = open_queue(v.mnt2, "other", Settings.from_env(os.environ))
     other.refresh()
     time.sleep(ttl_passed())  # longer than LEASE_TTL: only node 1's heartbeats keep the lease
     facts["reaped_while_beating"] = other.reap_pass()
@@ -174,7 +175,7 @@ def stopped_owner(v: Views) -> dict[str, Any]:
         facts["reaped_at_once_when_stopped"] = other.reap_pass()
         time.sleep(ttl_passed())
         facts["reaped_after_ttl"] = other.reap_pass()
-        reclaimer = open_queue(v.mnt2, "reclaimer", units=[v.unit(key)])
+        reclaimer = open_queue(v.mnt2, "reclaimer", Settings.from_env(os.environ), units=[v.unit(key)])
         mine = reclaimer.claim()
         facts["reclaimed"] = mine.unit.key if mine else None
     finally:
@@ -194,13 +195,13 @@ def dead_owner(v: Views, where: str) -> dict[str, Any]:
     holder, key = _start_holder(v, 1, "node1" if where == "other-host" else None, seconds=600)
     os.kill(holder.pid, signal.SIGKILL)
     holder.join()
-    other = open_queue(v.mnt2, "other")
+    other = open_queue(v.mnt2, "other", Settings.from_env(os.environ))
     other.refresh()
     facts: dict[str, Any] = {"key": key, "reaped_at_once": other.reap_pass()}
     if where == "other-host":
         time.sleep(ttl_passed())
         facts["reaped_after_ttl"] = other.reap_pass()
-    reclaimer = open_queue(v.mnt2, "reclaimer", units=[v.unit(key)])
+    reclaimer = open_queue(v.mnt2, "reclaimer", Settings.from_env(os.environ), units=[v.unit(key)])
     mine = reclaimer.claim()
     facts["reclaimed"] = mine.unit.key if mine else None
     facts["reclaimer_marked"] = reclaimer.mark(mine, done=True) if mine else None
@@ -217,19 +218,19 @@ def crashes(v: Views) -> dict[str, Any]:
     stale = None
     for attempt, mount in ((1, 1), (2, 2), (3, 1)):  # a different worker, alternating nodes
         if attempt == 3:  # node 2 lists now: two crashes, still claimable
-            stale = open_queue(v.mnt2, "stale", units=[crashy])
+            stale = open_queue(v.mnt2, "stale", Settings.from_env(os.environ), units=[crashy])
             stale.refresh()
-        queue = open_queue(v.via(mount), f"w{attempt}", units=[crashy])
+        queue = open_queue(v.via(mount), f"w{attempt}", Settings.from_env(os.environ), units=[crashy])
         lease = queue.claim()
         assert lease is not None, f"attempt {attempt}: could not claim {crashy.key}"
         facts["quarantined_after"].append(queue.release_errored(lease, f"boom {attempt}"))
-    states = {s.unit.task: s for s in queue_states(v.mnt2)}
+    states = {s.unit.task: s for s in queue_states(v.mnt2, Settings.from_env(os.environ))}
     facts["state_via_mnt2"] = {t: [s.state, s.crashes, s.last_error] for t, s in states.items()}
     late = stale.claim()  # its listing said 2 crashes: the claim itself must see the quarantine
     facts["stale_claim"] = late.unit.key if late else None
     if late:
         stale.mark(late, done=False)
-    last = open_queue(v.mnt1, "last")
+    last = open_queue(v.mnt1, "last", Settings.from_env(os.environ))
     lease = last.claim()
     facts["fresh_claim"] = lease.unit.key if lease else None
     facts["fresh_marked"] = last.mark(lease, done=True) if lease else None
@@ -244,8 +245,8 @@ def done_lease(v: Views) -> dict[str, Any]:
     was while held (its listing of the lease dir, `<key>.done` absent): its reaper must not take
     the finished lease for a dead one, and no claim may land on it."""
     v.write_queue(["s u0"])
-    reaper = open_queue(v.mnt2, "reaper")
-    holder = open_queue(v.mnt1, "holder")
+    reaper = open_queue(v.mnt2, "reaper", Settings.from_env(os.environ))
+    holder = open_queue(v.mnt1, "holder", Settings.from_env(os.environ))
     lease = holder.claim()
     key = lease.unit.key
     reaper.refresh()
@@ -258,7 +259,7 @@ def done_lease(v: Views) -> dict[str, Any]:
     facts["reaped"] = reaper.reap_pass()
     facts["server_lease"] = v.server_lease(key)
     facts["server_done_by"] = v.done_by(key)
-    again = open_queue(v.mnt2, "again")
+    again = open_queue(v.mnt2, "again", Settings.from_env(os.environ))
     late = again.claim()
     facts["claim_after"] = late.unit.key if late else None
     stale = reaper.claim()  # its candidates may still name the unit: the claim itself must refuse
@@ -267,7 +268,7 @@ def done_lease(v: Views) -> dict[str, Any]:
 
 
 def _stall_mid_claim(run: RunDir, ready: Path, result: Path) -> None:
-    queue = open_queue(run, "stalled")
+    queue = open_queue(run, "stalled", Settings.from_env(os.environ))
     queue.refresh()
     queue._stage()  # the claim is half made: its owner file written, not yet renamed into place
     ready.write_text("staged")
@@ -290,7 +291,7 @@ def stalled_claim(v: Views) -> dict[str, Any]:
         assert proc.is_alive() and time.monotonic() < deadline, "the stalled claimant did not stage"
         time.sleep(0.05)
     time.sleep(ttl_passed())
-    other = open_queue(v.mnt2, "other")
+    other = open_queue(v.mnt2, "other", Settings.from_env(os.environ))
     lease = other.claim()
     facts: dict[str, Any] = {"other_claimed": lease.unit.key if lease else None}
     facts["other_marked"] = other.mark(lease, done=True) if lease is not None else False

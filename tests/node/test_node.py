@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from harness.config.settings import Settings
 from harness.node import staging
 from harness.node import steps as node
 from harness.node.codesync import code_copy, sync_code
@@ -33,7 +34,7 @@ def test_plan_one_worker_per_gpu_slot_times_workers_per_gpu(monkeypatch: pytest.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.setenv("WORKERS_PER_GPU", "2")
     monkeypatch.setenv("SIMS_PER_WORKER", "auto")
-    assert node.worker_plan(log=lambda _: None) == [
+    assert node.worker_plan(Settings.from_env(os.environ), log=lambda _: None) == [
         ("nX-j42-w0", "0", "auto", 1),
         ("nX-j42-w1", "0", "auto", 1),
         ("nX-j42-w2", "1", "auto", 1),
@@ -50,11 +51,12 @@ def test_plan_cpu_workers_without_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SIMS_PER_WORKER", "1")
     monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi
     said: list[str] = []
-    assert node.worker_plan(log=said.append) == [(f"local1-w{i}", "", "1", 1) for i in range(3)]
+    plan = node.worker_plan(Settings.from_env(os.environ), log=said.append)
+    assert plan == [(f"local1-w{i}", "", "1", 1) for i in range(3)]
     assert said and said[0].startswith("[node local1] sizing: 3 workers x 1 sim slot(s) each; CPU_WORKERS=3")
     monkeypatch.setenv("CPU_WORKERS", "0")
     with pytest.raises(ValueError, match="CPU_WORKERS='0'"):
-        node.worker_plan(log=said.append)
+        Settings.from_env(os.environ)  # refused where the node script builds its settings
 
 
 def test_code_refresh_propagates_edits_and_deletions(tmp_path: Path) -> None:
@@ -92,7 +94,7 @@ def test_prepare_stages_checkpoint_and_exports_node_local_paths(
     monkeypatch.setenv("NODE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("STAGE_ENVS", "none")
     monkeypatch.setenv("EVAL_ROOT", str(ROOT))
-    out = node.prepare(log=lambda _m: None)
+    out = node.prepare(Settings.from_env(os.environ), log=lambda _m: None)
     assert Path(out["CKPT_DIR"]).name == "my-ckpt"  # the checkpoint keeps its name
     assert Path(out["CKPT_DIR"]).is_relative_to(tmp_path / "cache")
     assert (Path(out["CKPT_DIR"]) / "weights.bin").read_bytes() == (ckpt / "weights.bin").read_bytes()
@@ -105,7 +107,7 @@ def test_pin_without_staged_sim_env_is_refused(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("STAGE_ENVS", "model")
     monkeypatch.setenv("SIM_PIN", PIN)
     with pytest.raises(StagingError, match="needs the sim env staged"):
-        node.prepare(log=lambda _m: None)
+        node.prepare(Settings.from_env(os.environ), log=lambda _m: None)
 
 
 @pytest.mark.sim
@@ -122,7 +124,7 @@ def test_sim_pin_installs_into_the_node_copy_only_and_records_see_it(
     monkeypatch.setenv("SIM_PIN", PIN)
     monkeypatch.setenv("WHEELHOUSE", str(WHEELHOUSE))
     monkeypatch.setenv("EVAL_ROOT", str(ROOT))
-    out = node.prepare(log=print)
+    out = node.prepare(Settings.from_env(os.environ), log=print)
     staged = Path(out["SIM_PY"])
     assert staged.is_relative_to(TEST_NODE_CACHE)
     code = (
@@ -237,7 +239,7 @@ def test_staging_the_checkpoint_never_removes_the_env_this_launch_staged(
         "MODEL_PY": sys.executable, "CKPT_NAME": str(ckpt), "STAGE_BACKBONES": "", "EVAL_ROOT": str(ROOT),
     }.items():  # fmt: skip
         monkeypatch.setenv(name, value)
-    out = node.prepare(log=the_env_is_staged)
+    out = node.prepare(Settings.from_env(os.environ), log=the_env_is_staged)
     assert later["s"], "the env was not staged by this launch"
     assert Path(out["SIM_PY"]).exists(), f"prepare exported a SIM_PY that is gone: {out['SIM_PY']}"
     assert (Path(out["CKPT_DIR"]) / "weights.bin").is_file()

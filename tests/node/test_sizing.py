@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from harness.config.settings import Settings
 from harness.node.sizing import NodeResources, detect, size_node
 from harness.worker import slot_count
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _env(**knobs: str) -> dict[str, str]:
-    return dict(knobs)  # a knob left out is at its default
+def _env(**knobs: str) -> Settings:
+    return Settings.from_env(knobs)  # a knob left out is at its default
 
 
 def test_cpu_node_defaults_fill_the_cores_with_one_sim_per_worker() -> None:
@@ -55,8 +56,9 @@ def test_an_explicit_knob_wins_even_over_the_budget_and_the_line_says_so() -> No
     ("name", "value"), [("CPU_WORKERS", "0"), ("CPU_WORKERS", "many"), ("SIMS_PER_WORKER", "-1")]
 )
 def test_a_bad_count_is_a_clear_error_naming_the_knob(name: str, value: str) -> None:
-    with pytest.raises(ValueError, match=f"knob {name}={value!r}: expected an integer >= 1 or auto"):
-        size_node(NodeResources(4, "affinity", [], 64.0, "MemTotal"), {name: value})
+    """Refused where the node script builds its settings, before anything is sized."""
+    with pytest.raises(ValueError, match=f"knob {name}={value!r}: expected an integer (>= 1|1..64) or auto"):
+        _env(**{name: value})
 
 
 def test_detect_reads_slurm_the_cgroup_and_a_local_pool_share(tmp_path: Path) -> None:

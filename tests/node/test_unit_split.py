@@ -16,11 +16,13 @@ import pytest
 from harness.config.contract import verify_environment
 from harness.config.create import create_run
 from harness.config.manifest import ContractMismatch, ManifestError, load_manifest
-from harness.config.plan import open_queue, run_units
+from harness.config.plan import UNITS_PER_SLOT, auto_unit_seeds
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.episode.bench.maniskill_config import load_table
 from harness.launch.newrun import new_run
-from harness.queue.units import UNITS_PER_SLOT, Unit, auto_unit_seeds
+from harness.queue.units import Unit
+from harness.runqueue import open_queue, run_units
 from harness.worker.episode_costs import PRIOR_STEP_S, seed_costs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,7 +126,9 @@ def test_the_longest_units_are_claimed_first_from_an_earlier_run_of_the_bank(
     assert costs[("PickCube", "table_clean")] == 1000.0 and costs[("PullCubeTool", "table_clean")] == 64.0
     want = ["PickCube", *reversed(TASKS[1:])]
     for seed in range(5):
-        queue = open_queue(run, f"w{seed}", run_units(run, costs), random.Random(seed))
+        queue = open_queue(
+            run, f"w{seed}", Settings.from_env(os.environ), run_units(run, costs), random.Random(seed)
+        )
         order = []
         while (lease := queue.claim()) is not None:
             order.append(lease.unit.task)
@@ -160,7 +164,9 @@ def test_a_first_run_is_priced_from_its_step_limits_and_each_worker_starts_with_
     costs = seed_costs(run)
     assert costs == {(task, "table_clean"): limit * PRIOR_STEP_S for task, limit in limits.items()}
     for seed in range(3):
-        queue = open_queue(run, f"w{seed}", run_units(run, costs), random.Random(seed))
+        queue = open_queue(
+            run, f"w{seed}", Settings.from_env(os.environ), run_units(run, costs), random.Random(seed)
+        )
         first = queue.claim(shortest=True)
         assert first is not None and first.unit.lo == 0
         assert limits[first.unit.task] == min(limits.values()), first.unit.task

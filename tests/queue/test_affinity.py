@@ -3,15 +3,17 @@ process already keeps) first, and takes any other unit at once when none of thos
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 import pytest
 
 from harness.config.create import create_run
-from harness.config.plan import open_queue
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.queue.units import Unit
+from harness.runqueue import open_queue
 
 
 @pytest.fixture
@@ -34,7 +36,7 @@ def _held(task: str):
 
 
 def test_preferred_units_are_claimed_first_then_the_rest(run: RunDir) -> None:
-    queue = open_queue(run, "w0")
+    queue = open_queue(run, "w0", Settings.from_env(os.environ))
     order = []
     while (lease := queue.claim(prefer=_held("task3"))) is not None:
         order.append(lease.unit.task)
@@ -43,13 +45,16 @@ def test_preferred_units_are_claimed_first_then_the_rest(run: RunDir) -> None:
 
 
 def test_without_a_preference_the_order_is_the_queues_own_shuffle(run: RunDir) -> None:
-    queue = open_queue(run, "w0")
+    queue = open_queue(run, "w0", Settings.from_env(os.environ))
     first = [queue.claim().unit.task for _ in range(8)]
     assert first[:4] != ["task3"] * 4 and len(set(first)) > 1  # no accidental grouping by task
 
 
 def test_a_preference_never_waits_when_its_units_are_taken(run: RunDir) -> None:
-    other, mine = open_queue(run, "w1"), open_queue(run, "w0")
+    other, mine = (
+        open_queue(run, "w1", Settings.from_env(os.environ)),
+        open_queue(run, "w0", Settings.from_env(os.environ)),
+    )
     taken = [other.claim(prefer=_held("task3")) for _ in range(4)]  # every task3 unit is leased
     assert {lease.unit.task for lease in taken} == {"task3"}
     started = time.monotonic()

@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 
 from harness.config.create import create_run
-from harness.config.plan import open_queue, queue_states, run_units
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.episode.records import append_record
 from harness.queue import reaper
 from harness.queue.leases import LeaseQueue
 from harness.queue.listing import scan
 from harness.queue.units import Unit, split
+from harness.runqueue import open_queue, queue_states, run_units
 from harness.worker.unit_records import missing_seeds
 
 CTX = mp.get_context("fork")
@@ -47,7 +48,7 @@ def _created(root: Path, queue_text: str) -> RunDir:
 
 
 def _queue(run: RunDir, worker: str = "w") -> LeaseQueue:
-    return open_queue(run, worker)
+    return open_queue(run, worker, Settings.from_env(os.environ))
 
 
 def _claim_all(run: RunDir, worker: str, out: Path) -> None:
@@ -199,7 +200,7 @@ def test_crash_limit_quarantines_with_last_error(run: RunDir, tmp_path: Path) ->
         while (lease := queue.claim()).unit.task != "crashy":
             queue.mark(lease, done=False)
         assert queue.release_errored(lease, f"boom {attempt}") == (attempt == 3)
-    states = {s.unit.task: s for s in queue_states(run)}
+    states = {s.unit.task: s for s in queue_states(run, Settings.from_env(os.environ))}
     assert states["crashy"].state == "quarantined"
     assert states["crashy"].last_error == "boom 3" and states["crashy"].crashes == 3
     assert states["fine"].state == "pending"
@@ -214,7 +215,7 @@ def test_snapshot_and_rm_rf_recovery(run: RunDir, tmp_path: Path) -> None:
     queue = _queue(run)
     done = queue.claim()
     assert done is not None and queue.mark(done, done=True)
-    states = {s.key: s for s in queue_states(run)}
+    states = {s.key: s for s in queue_states(run, Settings.from_env(os.environ))}
     assert states[done.unit.key].state == "done"
     leased = states[key]
     assert leased.state == "leased" and leased.owner["worker"] == "holder" and leased.stale is None
@@ -222,9 +223,9 @@ def test_snapshot_and_rm_rf_recovery(run: RunDir, tmp_path: Path) -> None:
     assert sum(s.state == "pending" for s in states.values()) == len(states) - 2
     os.kill(proc.pid, signal.SIGKILL)
     proc.join()
-    assert "gone" in str({s.key: s for s in queue_states(run)}[key].stale)
+    assert "gone" in str({s.key: s for s in queue_states(run, Settings.from_env(os.environ))}[key].stale)
     shutil.rmtree(run.leases)  # the documented recovery from any state
-    assert {s.state for s in queue_states(run)} == {"pending"}
+    assert {s.state for s in queue_states(run, Settings.from_env(os.environ))} == {"pending"}
     assert _queue(run).claim() is not None
 
 

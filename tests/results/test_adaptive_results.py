@@ -5,6 +5,7 @@ prefix and lists the episodes that ran after it; the episodes saved against the 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from rich.console import Console
 
 from harness.config.create import create_run
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.results.organize import Options, organize
 from harness.results.status import collect
 from harness.results.status_view import render
@@ -42,6 +44,11 @@ def test_the_tables_count_the_decided_prefix_with_anytime_intervals(run: RunDir,
     assert "episodes ran 26 of the cap 80, saved 20; ran after a decision (not counted): 4" in text
     doc = json.loads((out / "results.json").read_text())
     assert doc["interval"] == "anytime-valid 95%"
+    assert "(no interval: an adaptive run)" in text  # the mean over tasks: a fixed-n interval does not hold
+    assert (
+        doc["totals"]["mean_over_tasks"]["sr_lo"] is None
+        and doc["totals"]["mean_over_tasks"]["interval"] is None
+    )
     assert doc["adaptive"] == {"rule": "precision:0.3", "cells": {"decided: precise": 1, "running": 1},
                                "cap": 80, "ran": 26, "saved": 20, "ran_after_decision": 4}  # fmt: skip
     row = next(r for r in doc["rows"] if r["task"] == "a")
@@ -52,7 +59,7 @@ def test_the_tables_count_the_decided_prefix_with_anytime_intervals(run: RunDir,
 
 
 def test_status_shows_cell_states_and_skips_the_decided_cells_units(run: RunDir) -> None:
-    status = collect(run)
+    status = collect(run, Settings.from_env(os.environ))
     assert status.sr.anytime and status.sr.n == 16 + 6
     # a's pending units past its stop point (index 16; the hand-made records mark no unit done)
     assert status.counts["skipped"] == 12 and status.skipped == 24

@@ -8,7 +8,6 @@ import pytest
 
 from harness.results.anytime import (
     compare_decision,
-    paired_interval,
     precision_decided,
     rate_interval,
     rate_log_evidence,
@@ -79,19 +78,6 @@ def test_decisions_are_deterministic_and_stick_as_pairs_are_added() -> None:
     assert decisions[first] == "better" and set(decisions[first:]) == {"better"}
     assert compare_decision(pairs, 0.1) == compare_decision(list(pairs), 0.1)
     assert compare_decision(pairs[::-1], 0.1) == "better"  # another order may decide at another n
-
-
-def test_paired_interval_brackets_the_observed_difference_and_agrees_with_a_decision() -> None:
-    rng = np.random.default_rng(4)
-    pairs = [(bool(a), bool(b)) for a, b in zip(rng.random(300) < 0.4, rng.random(300) < 0.6, strict=True)]
-    observed = np.mean([int(b) - int(a) for a, b in pairs])
-    lo, hi = paired_interval(pairs)
-    assert -1 <= lo < observed < hi <= 1
-    short_lo, short_hi = paired_interval(pairs[:50])
-    assert short_hi - short_lo > hi - lo
-    assert paired_interval([(False, True)] * 30)[0] > 0
-    with pytest.raises(ValueError, match="at least one pair"):
-        paired_interval([])
 
 
 def test_newcombe_paired_interval_known_value() -> None:

@@ -19,11 +19,12 @@ import pytest
 from rich.console import Console
 
 from harness.config.create import create_run
-from harness.config.plan import open_queue
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.queue.units import Unit
 from harness.results.status import collect, planned_units
 from harness.results.status_view import render
+from harness.runqueue import open_queue
 from support.results_fixtures import record, write_records
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,12 +54,12 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RunDir:
 
 def _text(run: RunDir) -> str:
     console = Console(record=True, width=160)
-    console.print(render(collect(run, now=NOW)))
+    console.print(render(collect(run, Settings.from_env(os.environ), now=NOW)))
     return console.export_text()
 
 
 def test_fresh_run_all_pending(run: RunDir) -> None:
-    status = collect(run, now=NOW)
+    status = collect(run, Settings.from_env(os.environ), now=NOW)
     assert status.plan_source == "run.yaml" and status.planned == 20
     assert status.counts == {"done": 0, "leased": 0, "pending": 10, "quarantined": 0}
     assert status.per_hour is None and status.eta_s is None and status.sr.n == 0
@@ -77,7 +78,7 @@ def _stale_lease(run: RunDir, key: str) -> None:
 
 def _crash(run: RunDir, unit: Unit, error: str) -> None:
     """One errored attempt of `unit`, recorded through the queue as a worker records it."""
-    queue = open_queue(run, "node1.w0", [unit])
+    queue = open_queue(run, "node1.w0", Settings.from_env(os.environ), [unit])
     lease = queue.claim()
     assert lease is not None and lease.unit == unit
     queue.release_errored(lease, error)
@@ -85,7 +86,7 @@ def _crash(run: RunDir, unit: Unit, error: str) -> None:
 
 def test_every_state(run: RunDir) -> None:
     units, _ = planned_units(run)
-    queue = open_queue(run, "node1.w0", units)
+    queue = open_queue(run, "node1.w0", Settings.from_env(os.environ), units)
     done = queue.claim()
     assert done is not None and queue.mark(done, True)
     alive = queue.claim()
@@ -118,7 +119,7 @@ def test_every_state(run: RunDir) -> None:
         _crash(run, rest[1], "model server died")
     _crash(run, rest[2], "stalled 300 s")
     try:
-        status = collect(run, now=NOW)
+        status = collect(run, Settings.from_env(os.environ), now=NOW)
         assert status.counts == {"done": 1, "leased": 2, "pending": 6, "quarantined": 1}
         assert (status.planned, status.done, status.errored) == (20, 2, 1)
         assert (status.sr.k, status.sr.n) == (1, 2)

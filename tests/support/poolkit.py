@@ -12,11 +12,12 @@ import time
 from pathlib import Path
 
 from harness.config.create import create_run
-from harness.config.plan import queue_states
 from harness.config.rundir import RunDir
+from harness.config.settings import Settings
 from harness.episode.records import read_tree
 from harness.queue import owner, reaper
 from harness.queue.listing import scan
+from harness.runqueue import queue_states
 
 REPO = Path(__file__).resolve().parents[2]
 SLEEP_POLICY = str(REPO / "tests" / "policies" / "sleep")
@@ -102,7 +103,7 @@ def check_finished(run: RunDir, env: dict[str, str], crashing_tasks: set[str]) -
     saved = dict(os.environ)
     os.environ.update(env)
     try:
-        states = queue_states(run)
+        states = queue_states(run, Settings.from_env(os.environ))
     finally:
         os.environ.clear()
         os.environ.update(saved)

@@ -10,11 +10,11 @@ import signal
 from pathlib import Path
 
 from harness.config.decided import marker_path, write_marker
-from harness.config.plan import run_units
 from harness.config.rundir import RunDir
 from harness.config.stoprule import parse_stop_rule
 from harness.episode.records import read_tree
 from harness.results.cell_decision import DECIDED, run_verdicts
+from harness.runqueue import run_units
 from support.poolkit import make_run, pool_env, start_worker, stop_group, wait_for
 
 CELLS = [("s", "a"), ("s", "b")]

@@ -65,7 +65,10 @@ class Benchmark(Protocol):
     def expert(self, task: str, bench_config: str, seed: int) -> ExpertResult: ...
 
 
-NAMED = {"libero": "harness.episode.bench.libero:LiberoBenchmark"}  # embedded, loaded by name
+NAMED = {  # embedded, loaded by name
+    "libero": "harness.episode.bench.libero:LiberoBenchmark",
+    "metaworld": "harness.episode.bench.metaworld:MetaWorldBenchmark",
+}
 
 
 def load_benchmark(spec: str, settings: Settings) -> Benchmark:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.config.failures import run_command
+from harness.process.failures import run_command
 
 SIZE = 512  # texels a side, as svulkan2 builds it (it ignores the size it is asked for)
 SAMPLES = 1024  # importance samples per texel, as in brdf_lut.comp

@@ -26,8 +26,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-GRIPPER_SIGN = "+1 open, -1 closed"
-
 
 @dataclass(frozen=True)
 class Convention:
@@ -68,3 +66,8 @@ def get_convention(name: str) -> Convention:
     if key not in CONVENTIONS:
         raise ValueError(f"knob ACTION_CONVENTION={name!r}: expected one of {', '.join(CONVENTIONS)}")
     return CONVENTIONS[key]
+
+
+# MetaWorld's own (BENCHMARK=metaworld; not a ManiSkill controller, so not in CONVENTIONS): the mocap
+# target's xyz change (1 = 0.01 m, clipped to [-1, 1]), then the gripper effort: +1 closes, -1 opens
+METAWORLD = Convention("metaworld", "mocap_delta_xyz", (("position", 3), ("gripper", 1)))

@@ -21,8 +21,8 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
-import yaml
 
+from harness.config.knobtypes import parse_mapping
 from harness.config.simstack import installed_version
 from harness.episode.bench.libero_perturb import bddl_language, parse_config
 
@@ -58,12 +58,7 @@ class LiberoParams:
 
     @classmethod
     def parse(cls, text: str) -> LiberoParams:
-        try:
-            raw = yaml.safe_load(text) if text.strip() else {}
-        except yaml.YAMLError as exc:
-            raise ValueError(f"BENCH_PARAMS={text!r}: not YAML/JSON: {exc}") from None
-        if not isinstance(raw, dict):
-            raise ValueError(f"BENCH_PARAMS={text!r}: expected a mapping, e.g. {{wrist_image: true}}")
+        raw = parse_mapping("BENCH_PARAMS", text)
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(raw) - set(known))
         if unknown:

@@ -27,8 +27,8 @@ import sys
 from typing import Any
 
 import numpy as np
-import yaml
 
+from harness.config.knobtypes import parse_mapping
 from harness.config.settings import Settings
 from harness.config.simstack import VLA_EVAL_PREFIX, sim_stack, stack_text
 from harness.episode.bench import ExpertResult
@@ -53,7 +53,7 @@ class VlaEvalBenchmark:
             raise ValueError(
                 f"BENCHMARK={self.name!r}: {import_string} is not a vla-eval StepBenchmark class"
             )
-        params = _params(params_text)
+        params = parse_mapping("BENCH_PARAMS", params_text)
         cls.configure_render("cpu" if "cpu" in cls.render_backends else "gpu")
         try:
             self.bench = cls(**params)
@@ -188,16 +188,6 @@ class VlaEvalEpisode:
     def close(self) -> None:
         """Ends this episode only: the benchmark keeps its simulator for the next one (vla-eval's reuse)."""
         self._loop.close()
-
-
-def _params(text: str) -> dict[str, Any]:
-    try:
-        params = yaml.safe_load(text) if text.strip() else {}
-    except yaml.YAMLError as exc:
-        raise ValueError(f"BENCH_PARAMS={text!r}: not YAML/JSON: {exc}") from None
-    if not isinstance(params, dict):
-        raise ValueError(f"BENCH_PARAMS={text!r}: expected a mapping of constructor parameters")
-    return params
 
 
 def _numeric(value: Any) -> bool:

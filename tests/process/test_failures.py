@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.failures import FAILED, REFUSED, Failed, Refused, run_command
 from harness.config.manifest import ContractMismatch
+from harness.process.failures import FAILED, REFUSED, Failed, Refused, run_command
 from harness.results import ResultsError
 from harness.wire.errors import WireError
 
@@ -39,9 +39,20 @@ def _raise(exc: BaseException):
 def test_an_expected_failure_is_one_line_and_its_exit_status(
     capsys: pytest.CaptureFixture[str], exc: BaseException, code: int, line: str
 ) -> None:
-    assert run_command("prog", _raise(exc)) == code
+    assert run_command("prog", _raise(exc), failures=(WireError,)) == code
     err = capsys.readouterr().err
     assert err.startswith(line) and "Traceback" not in err
+
+
+def test_the_wire_errors_are_failures_where_the_entry_point_names_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """harness.process imports nothing of the harness: an entry point that talks over the wire says
+    its errors are failures (the worker, the sim client, eval_one_worker)."""
+    assert run_command("prog", _raise(WireError("peer closed"))) == FAILED
+    assert "this is a bug" in capsys.readouterr().err
+    for path in ("harness/worker/loop.py", "scripts/eval_policy_client.py", "scripts/eval_one_worker.py"):
+        assert "failures=(WireError,)" in (ROOT / path).read_text(), path
 
 
 def test_an_os_error_on_an_open_file_names_the_line_that_met_it(capsys: pytest.CaptureFixture[str]) -> None:
@@ -54,7 +65,7 @@ def test_an_os_error_on_an_open_file_names_the_line_that_met_it(capsys: pytest.C
     assert run_command("prog", main) == FAILED
     err = capsys.readouterr().err
     line = main.__code__.co_firstlineno + 1  # the raise
-    assert err == f"prog: [Errno 116] Stale file handle (in tests/config/test_failures.py:{line} main)\n"
+    assert err == f"prog: [Errno 116] Stale file handle (in tests/process/test_failures.py:{line} main)\n"
 
 
 def test_a_bug_prints_its_traceback_and_says_it_is_a_bug(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from harness.config import stopsignals
-from harness.config.stopsignals import StopSignals
+from harness.process import stopsignals
+from harness.process.stopsignals import StopSignals
 
 
 class CountingOs:
