@@ -15,7 +15,6 @@ import os
 import sys
 from pathlib import Path
 
-from harness.config.failures import FAILED, REFUSED, run_command
 from harness.config.paths import run_dir
 from harness.config.rundir import RunDir
 from harness.config.settings import Settings
@@ -25,6 +24,7 @@ from harness.launch.drive import PoolLaunch, complete_run
 from harness.launch.newrun import new_run
 from harness.launch.seriesout import point_dict, write_curve
 from harness.launch.watch import REFUSALS, _refusal, one_line
+from harness.process.failures import FAILED, REFUSED, run_command
 from harness.results import ResultsError
 from harness.results.organize import Options, organize
 

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config.failures import Failed, Refused
 from harness.config.paths import CODE_ROOT
 from harness.config.settings import Settings
 from harness.launch.ckptscan import run_name, series_prefix, step_of
+from harness.process.failures import Failed, Refused
 
 DEFAULT_QUEUES = {"maniskill": "seeds/maniskill_queue.txt"}
 

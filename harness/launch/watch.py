@@ -30,7 +30,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.config.failures import FAILED, REFUSED, run_command
 from harness.config.manifest import ContractMismatch, Manifest, ManifestError
 from harness.config.paths import run_dir
 from harness.config.rundir import QueueFileError, RunDir
@@ -43,6 +42,7 @@ from harness.launch.drive import PoolLaunch, launch_env
 from harness.launch.preflight import first_failure, first_refusal
 from harness.launch.progress import progress
 from harness.launch.seriesout import publish
+from harness.process.failures import FAILED, REFUSED, run_command
 
 LOAD_REFUSED = "model server exited with 2"  # the worker's line when get_model refused the checkpoint
 REFUSALS = (ContractMismatch, ManifestError, QueueFileError, SeedBankError, ValueError)
