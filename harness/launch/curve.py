@@ -6,7 +6,8 @@ run's `Summary` (Wilson, or anytime-valid in an adaptive run), and the verdict i
 paired comparison on the shared (scene, task, seed) trials (Newcombe's paired 95% interval of ΔSR,
 exact McNemar). "Best so far" is the earlier checkpoint with the highest pooled SR; a checkpoint
 is `better` / `worse` when the paired interval of its ΔSR against it excludes 0, else `no clear
-difference`.
+difference`. Each task gets compare_runs' per-task call too: its McNemar p-value Holm-adjusted over
+the tasks (`harness.results.verdicts`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,20 @@ from harness.results.aggregate import Summary, summarize
 from harness.results.compare import compare
 from harness.results.load import LoadedRun, load_run, split_by_contract
 from harness.results.stats import Rate
+from harness.results.verdicts import task_verdicts
+
+
+@dataclass(frozen=True)
+class TaskCall:
+    """One task's paired ΔSR against the best earlier checkpoint; `word` after Holm over the tasks
+    (`harness.results.verdicts`), so ten tasks do not make a false call likely."""
+
+    diff: float | None
+    lo: float | None
+    hi: float | None
+    p_value: float
+    p_holm: float
+    word: str
 
 
 @dataclass(frozen=True)
@@ -36,6 +51,7 @@ class Verdict:
     p_value: float
     a_over_b: int
     b_over_a: int
+    tasks: dict[str, TaskCall]  # per (scene/task): the paired test, Holm-adjusted over the tasks
 
     @property
     def word(self) -> str:
@@ -89,7 +105,15 @@ def _verdict(best: tuple[int, LoadedRun], this: LoadedRun) -> Verdict | None:
     bounds = cell.diff_interval("success")
     test = cell.test("success")
     lo, hi = bounds if bounds else (None, None)
-    return Verdict(best[0], len(cell.pairs), cell.diff("success"), lo, hi, test.p_value, test.b, test.c)
+    tasks = {}
+    for call, c in zip(
+        task_verdicts([(c.name, c.test("success")) for c in comp.cells]), comp.cells, strict=True
+    ):
+        t_lo, t_hi = c.diff_interval("success") or (None, None)
+        tasks[c.name] = TaskCall(c.diff("success"), t_lo, t_hi, call.test.p_value, call.p_holm, call.verdict)
+    return Verdict(
+        best[0], len(cell.pairs), cell.diff("success"), lo, hi, test.p_value, test.b, test.c, tasks
+    )
 
 
 def curve(runs: list[SeriesRun]) -> list[Point]:

@@ -31,7 +31,7 @@ from harness.results.organize import Options, organize
 FIELDS = [
     "step", "run", "state", "level", "task", "sr", "sr_lo", "sr_hi", "sr_k", "sr_n", "hsr", "hsr_lo",
     "hsr_hi", "hsr_k", "hsr_n", "interval", "errored", "verdict", "against_step", "diff_sr", "diff_lo",
-    "diff_hi", "mcnemar_p",
+    "diff_hi", "mcnemar_p", "p_holm",
 ]  # fmt: skip
 
 
@@ -58,6 +58,9 @@ def _rows(point: Point) -> list[dict[str, Any]]:
             v = point.verdict.as_dict()
             row.update(verdict=v["verdict"], against_step=v["against_step"], diff_sr=v["diff_sr"])
             row.update(diff_lo=v["diff_lo"], diff_hi=v["diff_hi"], mcnemar_p=v["mcnemar_p"])
+        elif point.verdict is not None and (call := point.verdict.tasks.get(name)) is not None:
+            row.update(verdict=call.word, against_step=point.verdict.best_step, diff_sr=call.diff)
+            row.update(diff_lo=call.lo, diff_hi=call.hi, mcnemar_p=call.p_value, p_holm=call.p_holm)
         rows.append(row)
     return rows
 
@@ -87,6 +90,7 @@ def point_dict(point: Point) -> dict[str, Any]:
             "errored": point.summary.total.errored,
         },
         "verdict": point.verdict.as_dict() if point.verdict else None,
+        "task_verdicts": {n: vars(c) for n, c in point.verdict.tasks.items()} if point.verdict else None,
     }
 
 

@@ -18,6 +18,7 @@ from harness.launch.ckptscan import run_name
 from harness.launch.seriesout import write_curve
 from harness.results.compare import compare
 from harness.results.load import load_run
+from harness.results.verdicts import task_verdicts
 from support.poolkit import make_run, pool_env
 from support.results_fixtures import record, write_records
 
@@ -64,6 +65,15 @@ def test_curve_has_rates_with_intervals_and_the_paired_verdict_of_compare_runs(
     assert [(r["step"], r["task"]) for r in rows] == [
         (str(s), t) for s in OUTCOMES for t in ("s1/t1", "s1/t2", "TOTAL")
     ]
+    by = {(r["step"], r["task"]): r for r in rows}
+    comp = compare(load_run(series_run(runs, 1000)), load_run(series_run(runs, 2000)))
+    holm = {v.name: v for v in task_verdicts([(c.name, c.test("success")) for c in comp.cells])}
+    for task in ("s1/t1", "s1/t2"):  # per task: compare_runs' test, Holm-adjusted over the tasks
+        row = by[("2000", task)]
+        assert row["verdict"] == holm[task].verdict == "better" and row["against_step"] == "1000"
+        assert float(row["p_holm"]) == pytest.approx(holm[task].p_holm)
+        assert float(row["mcnemar_p"]) == pytest.approx(holm[task].test.p_value)
+    assert by[("1000", "s1/t1")]["verdict"] == "" and by[("2000", "TOTAL")]["p_holm"] == ""
     total_3000 = rows[-1]
     assert (total_3000["sr_k"], total_3000["sr_n"], total_3000["interval"]) == ("14", "16", "Wilson 95%")
     assert float(total_3000["sr_lo"]) < 14 / 16 < float(total_3000["sr_hi"])
