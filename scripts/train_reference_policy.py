@@ -4,8 +4,9 @@ Reads the collector's data (<data>/data_card.json + episodes/), trains a tokeniz
 instructions and the `ReferenceVLAModel` (policy/reference/modeling.py) with an L1 loss on the
 normalised next-`num_actions` ee6d chunk. Deterministic given --seed (torch threads fixed, batches
 drawn per step from a seeded generator, deterministic algorithms). Every --save-every steps it writes
-<out>/last/ (save_pretrained + optimizer state) and <out>/loss_curve.png; rerunning the same command
-resumes from <out>/last/. At --early-fraction of the steps it writes <out>/early/, at the end
+<out>/last/ (save_pretrained + optimizer state) and <out>/loss_curve.png (with --keep-checkpoints
+also <out>/checkpoints/step_<N>/, for orchestrators/watch.sh); rerunning the same command resumes
+from <out>/last/. At --early-fraction of the steps it writes <out>/early/, at the end
 <out>/final/: each a complete checkpoint (config, safetensors, tokenizer, README.md model card,
 data_card.json) that `policy/reference` loads. The training code is the `training` package, outside
 the run contract's code hash.
@@ -55,6 +56,10 @@ def parse_settings(argv: list[str] | None = None) -> TrainSettings:
     p.add_argument(
         "--stop-after", type=int, default=d.stop_after,
         help="save and stop after this step (0: run to --steps); rerun resumes",
+    )  # fmt: skip
+    p.add_argument(
+        "--keep-checkpoints", action="store_true",
+        help="also keep each save as <out>/checkpoints/step_<N>/ (for orchestrators/watch.sh)",
     )  # fmt: skip
     settings = TrainSettings(**vars(p.parse_args(argv)))
     try:

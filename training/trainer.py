@@ -3,8 +3,9 @@
 Deterministic given the seed: torch threads fixed, deterministic algorithms, the init seeded, and
 each step's batch drawn from a generator seeded by (seed, step) (`training.dataset.batch`). So a run
 resumed from `<out>/last/` draws exactly the batches the uninterrupted run would have, and ends
-byte-identical to it. `<out>/last/` is saved every `save_every` steps (with the loss curve),
-`<out>/early/` at `early_fraction` of the steps, `<out>/final/` at the end.
+byte-identical to it. `<out>/last/` is saved every `save_every` steps (with the loss curve, and with
+`keep_checkpoints` a copy kept as `<out>/checkpoints/step_<N>/`, which a checkpoint watcher
+evaluates), `<out>/early/` at `early_fraction` of the steps, `<out>/final/` at the end.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class TrainSettings:
     threads: int = 2
     log_every: int = 25  # how often it prints: does not change the result
     stop_after: int = 0  # train in pieces: does not change the result
+    keep_checkpoints: bool = False  # also keep every save as <out>/checkpoints/step_<N>/: does not change it
 
     def check(self) -> None:
         """Refuse settings no run could use, naming the argument, before any data is read."""
@@ -68,11 +70,11 @@ class TrainSettings:
 
     def identity(self) -> dict[str, Any]:
         """The settings that decide the result, saved with the trainer state: a resume under other
-        ones is refused (log_every and stop_after may change between pieces)."""
+        ones is refused (log_every, stop_after and keep_checkpoints may change between pieces)."""
         return {
             k: str(v) if isinstance(v, Path) else v
             for k, v in asdict(self).items()
-            if k not in ("log_every", "stop_after")
+            if k not in ("log_every", "stop_after", "keep_checkpoints")
         }
 
 
@@ -213,3 +215,11 @@ class Trainer:
         }  # fmt: skip
         save_checkpoint(self.last, self.model, self.tokenizer, self.card, info, state)
         plot_losses(self.losses, self.settings.out / "loss_curve.png")
+        if self.settings.keep_checkpoints:  # for a checkpoint watcher (orchestrators/watch.sh)
+            save_checkpoint(
+                self.settings.out / "checkpoints" / f"step_{done}",
+                self.model,
+                self.tokenizer,
+                self.card,
+                info,
+            )
