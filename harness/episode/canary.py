@@ -32,6 +32,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -106,8 +107,11 @@ def physics_state(episode: Any) -> np.ndarray:
     return np.asarray(value, dtype=np.float64).reshape(-1)
 
 
-def rollout(episode: Any, actions: np.ndarray, steps: int = CANARY_STEPS) -> Trajectory:
-    """Drive `episode` with `actions` (repeating the last; zeros if none) for `steps` steps."""
+def rollout(
+    episode: Any, actions: np.ndarray, steps: int = CANARY_STEPS, on_step: Callable[[int], None] | None = None
+) -> Trajectory:
+    """Drive `episode` with `actions` (repeating the last; zeros if none) for `steps` steps; `on_step`
+    is told each step done (the sim client's progress file: the worker's stall watch sees it move)."""
     states = [physics_state(episode)]
     for step in range(steps):
         if len(actions):
@@ -116,6 +120,8 @@ def rollout(episode: Any, actions: np.ndarray, steps: int = CANARY_STEPS) -> Tra
             action = np.zeros(episode.action_dim, np.float32)
         episode.apply(np.asarray(action, dtype=np.float32))
         states.append(physics_state(episode))
+        if on_step is not None:
+            on_step(step + 1)
     frame = np.zeros((0,), np.uint8)
     with contextlib.suppress(Exception):
         frame = np.asarray(episode.video_frame(), dtype=np.uint8)
@@ -180,13 +186,19 @@ DONE: set[str] = set()  # the runs this process has run its canary for
 
 
 def run_canary(
-    run_root: Path, episode: Any, actions: np.ndarray, task: str, seed: int, fingerprint: str | None
+    run_root: Path,
+    episode: Any,
+    actions: np.ndarray,
+    task: str,
+    seed: int,
+    fingerprint: str | None,
+    on_step: Callable[[int], None] | None = None,
 ) -> Verdict:
     """Roll the canary out on `episode` (built for `task`, `seed`), compare it with the run's
     reference (becoming it when there is none yet), and record the verdict under `fingerprint` (the
     node's sim-side fingerprint id, `harness.episode.nodeprint.sim_id`)."""
     started = time.monotonic()
-    traj = rollout(episode, actions)
+    traj = rollout(episode, actions, on_step=on_step)
     host = socket.gethostname()
     meta = {"host": host, "fingerprint": fingerprint, "task": task, "seed": seed, "sha256": traj.sha256}
     folder = canary_dir(run_root)

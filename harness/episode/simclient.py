@@ -205,9 +205,11 @@ class SimClient:
             actions = canary.expert_actions(traces, seed) if banked else np.zeros((0, 0), np.float32)
             episode = self.bench.make_episode(cell.task, self.bench_config, seed)
             try:
+                self._seed_started_at = time.time()
                 verdict = canary.run_canary(
-                    self.job.run_dir, episode, actions, cell.task, seed, fingerprint_id(sim_facts())
-                )
+                    self.job.run_dir, episode, actions, cell.task, seed, fingerprint_id(sim_facts()),
+                    on_step=lambda step: self._progress(None, step),
+                )  # fmt: skip
             finally:
                 _close_quietly(episode)
         except Exception as exc:
@@ -300,19 +302,20 @@ class SimClient:
             self.job.writer_id,
         )
 
-    def _progress(self, seed: int, step: int) -> None:
+    def _progress(self, seed: int | None, step: int) -> None:
         """Replace the progress file the worker watches for stalls. A write and a rename cost ~0.35 ms,
         a percent of a step, so step updates are throttled to PROGRESS_EVERY_S (the stall timeout is
         minutes); an episode's start (step 0) is always written, it names the seed that is running.
         `started_at` (epoch seconds, this host's clock) is when that seed's episode began: a worker
-        that kills the episode records its wall time from there, not the whole job's."""
+        that kills the episode records its wall time from there, not the whole job's. The canary's
+        steps are written with no seed: a stall there is the unit's, and no seed's episode."""
         path = self.job.progress_file
         now = time.monotonic()
         if path is None or (step and now - self._progress_at < PROGRESS_EVERY_S):
             return
         self._progress_at = now
         tmp = path.with_name(path.name + ".tmp")
-        state = {"seed": int(seed), "step": int(step), "started_at": self._seed_started_at}
+        state = {"seed": seed, "step": int(step), "started_at": self._seed_started_at}
         tmp.write_text(json.dumps(state))
         tmp.replace(path)
 

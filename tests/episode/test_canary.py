@@ -69,3 +69,11 @@ def test_the_reference_is_created_once(tmp_path: Path) -> None:
     verdicts = [_canary(tmp_path, f"{i:016x}", drift=0.1 * i) for i in range(3)]
     assert [v.is_reference for v in verdicts] == [True, False, False]
     assert all(v.reference_sha256 == verdicts[0].sha256 for v in verdicts)
+
+
+def test_each_canary_step_is_told_so_the_workers_stall_watch_sees_it_move(tmp_path: Path) -> None:
+    """The canary ran 20 steps with no progress written: a short STALL_TIMEOUT killed every sim
+    process before its first episode (tests/worker/test_worker_stopped.py caught it)."""
+    told: list[int] = []
+    canary.run_canary(tmp_path, Episode(), ACTIONS, "T", 0, "aaaaaaaaaaaaaaaa", on_step=told.append)
+    assert told == list(range(1, canary.CANARY_STEPS + 1))

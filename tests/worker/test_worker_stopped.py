@@ -29,11 +29,13 @@ def _model_server(run_dir: Path) -> int | None:
 
 
 def _running_seed(worker_pid: int) -> int | None:
-    """The seed the worker's sim client is stepping now (its progress file, fresh), if any."""
+    """The seed the worker's sim client is stepping now (its progress file, fresh), if any (the
+    canary's steps, before the first episode, name no seed)."""
     for path in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}{worker_pid}-*/progress-*.json"):
         with contextlib.suppress(OSError, ValueError, KeyError):
-            if time.time() - path.stat().st_mtime < 1.0 and json.loads(path.read_text())["step"] > 0:
-                return int(json.loads(path.read_text())["seed"])
+            state = json.loads(path.read_text())
+            if time.time() - path.stat().st_mtime < 1.0 and state["step"] > 0 and state["seed"] is not None:
+                return int(state["seed"])
     return None
 
 
