@@ -40,3 +40,14 @@ def test_gpu_check_dry_run_on_the_cpu() -> None:
         r"ref_k8_speedup=[\d.]+ ref_k8_mean_batch=[\d.]+ k8_vs_ideal=[\d.]+",
         last,
     ), last
+
+
+def test_hostile_server_memory_prints_its_figures() -> None:
+    """benchmarks/server_memory.py --hostile, one client: every shape refused, the last line's figures."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "server_memory.py"), "--hostile", "--clients", "1"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert sum("holds more than 100000 items" in line for line in lines) == 3, done.stdout
+    assert re.fullmatch(r"worst_peak_ratio=[\d.]+ worst_wait_s=[\d.]+", lines[-1]), lines[-1]
