@@ -263,6 +263,51 @@ def test_submitit_entry_point_runs_the_pool_and_returns_the_summary(
     assert summary.sr is not None and any("episodes" in line for line in shown)
 
 
+def test_submitit_launcher_runs_an_orchestrators_pool_and_stopping_it_cancels_the_job(
+    slurm: dict[str, str], tmp_path: Path
+) -> None:
+    """LAUNCHER=submitit through an orchestrator (the sweep): one Slurm job of 3 nodes x 1 task
+    completes the run; a second sweep stopped with SIGTERM cancels its job (it leaves the queue)."""
+    knobs = {"LAUNCHER": "submitit", "POOL_NODES": "3"}
+    env = pool_env(slurm, tmp_path, "sub_clean", **knobs)
+    sweep = ["bash", str(ROOT / "orchestrators" / "sweep.sh"), "--configs", "clean", "--progress-every", "2"]
+    queue = str(tmp_path / "sub_clean.queue.txt")
+    done = subprocess.run(
+        [*sweep, "--run-prefix", "sub", "--queue", queue],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "submitit pool of 3 node(s) on sub_clean" in done.stdout, done.stdout
+    lines = record_lines(env)
+    assert recorded(lines) == planned()
+    assert len(lines) == len(planned())  # nothing ran twice
+    assert {r["host"] for r in lines} <= {"n1", "n2", "n3"}
+    assert list((run_dir(env) / "logs" / "submitit").glob("*_log.out")), "no submitit task logs"
+
+    env = pool_env(slurm, tmp_path, "stop_clean", FASTBENCH_STEP_MS="500", **knobs)
+    proc = subprocess.Popen(
+        [*sweep, "--run-prefix", "stop", "--queue", str(tmp_path / "stop_clean.queue.txt")],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        job = job_id(env, "eval-sweep-clean", timeout=60)
+        wait_for(lambda: len(record_lines(env)) >= 1, 90, "the job's first record")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+    def gone() -> bool:
+        listed = subprocess.run(["squeue", "-h", "-j", job], env=env, capture_output=True, text=True)
+        return not listed.stdout.strip()
+
+    assert gone(), f"job {job} still queued after the orchestrator stopped:\n{out}"
+    assert proc.returncode != 0
+    assert 0 < len(recorded(record_lines(env))) < len(planned()), out
+
+
 def test_cluster_up_is_idempotent_and_accounting_works(slurm: dict[str, str]) -> None:
     from support import slurm_cluster
 
