@@ -308,6 +308,38 @@ def test_submitit_launcher_runs_an_orchestrators_pool_and_stopping_it_cancels_th
     assert 0 < len(recorded(record_lines(env))) < len(planned()), out
 
 
+def test_harness_evaluate_with_launcher_submitit_runs_its_pool_as_a_slurm_job(
+    slurm: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`harness.evaluate(..., knobs={"LAUNCHER": "submitit"})`: the background job submits its pool."""
+    import harness
+
+    for key, value in slurm.items():
+        monkeypatch.setenv(key, value)
+    ckpt = tmp_path / "ckpts" / "step_5"
+    ckpt.mkdir(parents=True)
+    (ckpt / "config.json").write_text(json.dumps({"kind": "sleep"}))
+    (tmp_path / "queue.txt").write_text("s1 t1\ns1 t2\n")
+    knobs = {
+        "LAUNCHER": "submitit", "USE_EVAL_SEEDS": "0", "RECORD_VIDEO": "0", "STAGE_ENVS": "none",
+        "NODE_CACHE": str(TEST_NODE_CACHE), "CACHE_MAX_GB": TEST_CACHE_MAX_GB, "FASTBENCH_STEPS": "2",
+        "HEARTBEAT_S": "1", "LEASE_TTL": "4",
+    }  # fmt: skip
+    handle = harness.evaluate(
+        ckpt, benchmark="tests.support.fastbench:FastBench", episodes=3, policy="tests/policies/ckpt_sleep",
+        queue=tmp_path / "queue.txt", nodes=2, runs_root=tmp_path / "runs", knobs=knobs,
+    )  # fmt: skip
+    try:
+        table = handle.result(timeout=180)
+    finally:
+        handle.cancel()
+    assert table[["task", "sr_k", "n"]].values.tolist() == [["t1", 2, 3], ["t2", 2, 3]]
+    assert len(handle.episodes()) == 6
+    pool_log = next((handle.run_dir / "logs").glob("pool-evaluate-*.log")).read_text()
+    assert "submitit job" in pool_log and "2 node(s)" in pool_log, pool_log
+    assert list((handle.run_dir / "logs" / "submitit").glob("*_log.out"))
+
+
 def test_cluster_up_is_idempotent_and_accounting_works(slurm: dict[str, str]) -> None:
     from support import slurm_cluster
 
