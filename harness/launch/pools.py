@@ -200,6 +200,7 @@ def submit_job(pool: Pool, eval_root: Path, srun_args: str, log: Path) -> Starte
     """Submit the pool as one submitit Slurm job: N nodes x 1 task, each running `node_task`; SRUN_ARGS
     are its sbatch options. The job's task logs go to the run's logs/submitit/."""
     import submitit  # only the submitit launcher needs it
+    from submitit.core.utils import FailedJobError
 
     executor = submitit.SlurmExecutor(folder=pool.run.logs / "submitit")
     executor.update_parameters(
@@ -213,7 +214,7 @@ def submit_job(pool: Pool, eval_root: Path, srun_args: str, log: Path) -> Starte
     script = str(eval_root / "slurm" / "eval_node.sh")
     try:
         job = executor.submit(node_task, node_env(pool.env), script)
-    except (OSError, subprocess.CalledProcessError) as exc:
+    except (OSError, FailedJobError) as exc:  # no sbatch, or sbatch refused the job (its stderr)
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise LaunchError(f"LAUNCHER=submitit: cannot submit the pool's job ({why})") from None
     with open(log, "a") as out:

@@ -308,6 +308,19 @@ def test_submitit_launcher_runs_an_orchestrators_pool_and_stopping_it_cancels_th
     assert 0 < len(recorded(record_lines(env))) < len(planned()), out
 
 
+def test_a_submitit_job_sbatch_refuses_is_one_launch_error(
+    slurm: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.config.rundir import RunDir
+    from harness.launch import pools
+
+    for key, value in slurm.items():
+        monkeypatch.setenv(key, value)
+    pool = pools.Pool(RunDir(tmp_path / "r"), 1, dict(slurm), "refused")
+    with pytest.raises(pools.LaunchError, match=r"LAUNCHER=submitit: cannot submit the pool.s job \(.*nope"):
+        pools.start(pool, "submitit", ROOT, "--partition=nope")
+
+
 def test_harness_evaluate_with_launcher_submitit_runs_its_pool_as_a_slurm_job(
     slurm: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
