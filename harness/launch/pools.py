@@ -215,7 +215,8 @@ def submit_job(pool: Pool, eval_root: Path, srun_args: str, log: Path) -> Starte
     try:
         job = executor.submit(node_task, node_env(pool.env), script)
     except (OSError, FailedJobError) as exc:  # no sbatch, or sbatch refused the job (its stderr)
-        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        why = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())[:400]
+        why = why or type(exc).__name__
         raise LaunchError(f"LAUNCHER=submitit: cannot submit the pool's job ({why})") from None
     with open(log, "a") as out:
         out.write(f"submitit job {job.job_id}: {pool.nodes} node(s) x 1 task, {script}\n")
