@@ -353,6 +353,37 @@ def test_harness_evaluate_with_launcher_submitit_runs_its_pool_as_a_slurm_job(
     assert list((handle.run_dir / "logs" / "submitit").glob("*_log.out"))
 
 
+def test_the_checkpoint_watcher_with_launcher_submitit_evaluates_each_checkpoint_as_a_job(
+    slurm: dict[str, str], tmp_path: Path
+) -> None:
+    ckpts = tmp_path / "ckpts"
+    for step in (1000, 2000):
+        (ckpts / f"step_{step}").mkdir(parents=True)
+        (ckpts / f"step_{step}" / "config.json").write_text(json.dumps({"kind": "sleep"}))
+    (tmp_path / "queue.txt").write_text("s1 t1\ns1 t2\n")
+    env = {
+        **slurm, "LAUNCHER": "submitit", "RUNS_ROOT": str(tmp_path / "runs"),
+        "BENCHMARK": "tests.support.fastbench:FastBench", "POLICY": "tests/policies/ckpt_sleep",
+        "USE_EVAL_SEEDS": "0", "EVAL_TEST_NUM": "2", "RECORD_VIDEO": "0", "STAGE_ENVS": "none",
+        "NODE_CACHE": str(TEST_NODE_CACHE), "CACHE_MAX_GB": TEST_CACHE_MAX_GB, "FASTBENCH_STEPS": "2",
+        "HEARTBEAT_S": "1", "LEASE_TTL": "4",
+    }  # fmt: skip
+    watch = [str(ckpts), "--queue", str(tmp_path / "queue.txt"), "--nodes", "2", "--poll", "0.3"]
+    done = subprocess.run(
+        ["bash", str(ROOT / "orchestrators" / "watch.sh"), *watch, "--settle", "0.5", "--once"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    for step in (1000, 2000):
+        run = tmp_path / "runs" / f"ckpts_step000{step}"
+        lines = record_lines({"RUNS_ROOT": str(run.parent), "STUDY_RUN": run.name})
+        assert sorted((r["task"], r["seed"]) for r in lines) == [("t1", 0), ("t1", 1), ("t2", 0), ("t2", 1)]
+        assert f"step {step}: submitit pool of 2 node(s)" in done.stdout, done.stdout
+        assert "submitit job" in next((run / "logs").glob("pool-watch-*.log")).read_text()
+    curve = json.loads((tmp_path / "runs" / "ckpts_curve" / "curve.json").read_text())
+    assert [p["step"] for p in curve["points"]] == [1000, 2000]
+
+
 def test_cluster_up_is_idempotent_and_accounting_works(slurm: dict[str, str]) -> None:
     from support import slurm_cluster
 
