@@ -59,6 +59,9 @@ _SHORT = {
 }
 _live: set[Started] = set()
 _live_lock = threading.Lock()
+# submitit's job state watcher is shared by every job and not thread-safe: pools started by threads
+# (the parallel-models orchestrator) submit, poll and cancel their jobs one at a time
+_submitit_lock = threading.RLock()
 
 
 class LaunchError(Failed):
@@ -86,8 +89,9 @@ class Started:
         """None while any process runs (the job is unfinished); then 0, or the first non-zero exit
         status (of a job: a node's, else 1 when a node left no result or the job did not complete)."""
         if self.job is not None:
-            if self._code is None and self.job.done():
-                self._code = job_code(self.job)
+            with _submitit_lock:
+                if self._code is None and self.job.done():
+                    self._code = job_code(self.job)
             return self._code
         codes = [proc.poll() for proc in self.procs]
         if any(code is None for code in codes):
@@ -213,7 +217,8 @@ def submit_job(pool: Pool, eval_root: Path, srun_args: str, log: Path) -> Starte
     )
     script = str(eval_root / "slurm" / "eval_node.sh")
     try:
-        job = executor.submit(node_task, node_env(pool.env), script)
+        with _submitit_lock:
+            job = executor.submit(node_task, node_env(pool.env), script)
     except (OSError, FailedJobError) as exc:  # no sbatch, or sbatch refused the job (its stderr)
         why = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())[:400]
         why = why or type(exc).__name__
@@ -285,7 +290,8 @@ def _in_queue(job: submitit.Job) -> bool:
 def _cancel(job: submitit.Job, grace_s: float) -> None:
     """Cancel the job (Slurm sends its node tasks SIGTERM) and wait up to `grace_s` for it to leave
     the queue; then SIGKILL what is left of it."""
-    with contextlib.suppress(Exception):  # already ended, or scancel missing: nothing more to stop here
+    # already ended, or scancel missing: nothing more to stop here
+    with contextlib.suppress(Exception), _submitit_lock:
         job.cancel(check=False)
     deadline = time.monotonic() + grace_s
     while _in_queue(job):
