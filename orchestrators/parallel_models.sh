@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Evaluate several models at once: a dedicated pool per model plus a shared pool that helps each.
-# Resumable: re-run the same command. LAUNCHER=srun|local picks Slurm or the local pool. --help for usage.
+# Resumable: re-run the same command. LAUNCHER=srun|submitit|local picks Slurm or the local pool. --help for usage.
 # -P: import the harness of this checkout (EVAL_ROOT via PYTHONPATH), never one in the caller's cwd.
 set -euo pipefail
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/env.sh"

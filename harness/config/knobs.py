@@ -188,11 +188,15 @@ KNOBS: dict[str, Knob] = {
              "SIM_PIN wheels (relative to $EVAL_ROOT unless absolute)", False),
         Knob("NODE_NAME", "", "node name in worker ids and logs (empty: Slurm node name or hostname)", False),
         # orchestrators
-        Knob("LAUNCHER", "local", "how orchestrators start pools: local (node scripts here) or srun", False,
-             accepts=choice("local", "srun")),
+        Knob("LAUNCHER", "local",
+             "how orchestrators start pools: local (node scripts here), srun, or submitit (one Slurm job "
+             "of N nodes x 1 task, task logs under the run's logs/submitit)", False,
+             accepts=choice("local", "srun", "submitit")),
         Knob("POOL_NODES", "2", "nodes in an orchestrator's pool (sweep, fill-in, multi-model pool)", False,
              accepts=integer(1)),
-        Knob("SRUN_ARGS", "", "extra srun arguments, e.g. `--partition=gpu --gres=gpu:1`", False),
+        Knob("SRUN_ARGS", "",
+             "extra srun arguments, e.g. `--partition=gpu --gres=gpu:1`; with LAUNCHER=submitit the "
+             "job's sbatch options (`--name=value`, `--flag`, -p -t -A -q -C -c -w -x -J)", False),
         # model server memory (harness.model.inflight)
         Knob("MODEL_SERVER_INFLIGHT_BYTES", str(2 * DEFAULT_MAX_FRAME),
              "request memory a model server's connections hold at once: 2 bytes per byte of each frame "

@@ -3,7 +3,7 @@
 The process `harness.evaluate()` starts (`python -m harness.launch.evaljob RUN --queue Q --out DIR`),
 with the caller's knobs in its environment. It is the watcher's step for a single checkpoint: the
 run is created as new_run creates it (the same refusals, exit 2 with one line), completed on a pool
-(LAUNCHER local or srun, POOL_NODES), its tables written to --out (results.csv, results.json,
+(LAUNCHER local, srun or submitit, POOL_NODES), its tables written to --out (results.csv, results.json,
 report.html), the curve of its series rewritten beside them when the run belongs to one, and the
 dashboards asked for told. Exit 0 when the run is complete, 1 when a pool failed, 2 when refused.
 """

@@ -6,8 +6,9 @@ Why a process and not a thread or an in-process loop: the eval must never stall 
 checkpoint and the queue exist), then starts `harness.launch.evaljob` in the sim env as a background
 process in its own session, at a lower CPU priority (`niceness`), and returns. The job creates the
 run (the same checks as new_run.py), runs it on a pool (LAUNCHER=local here, srun inside a Slurm
-allocation), and writes its tables. The handle answers `done()`, `wait()`, `result()` (a pandas
-DataFrame of the per-task table: SR and HSR with their intervals) and `episodes()` (the records).
+allocation, submitit on Slurm: one job of `nodes` nodes), and writes its tables. The handle answers
+`done()`, `wait()`, `result()` (a pandas DataFrame of the per-task table: SR and HSR with their
+intervals), `episodes()` (the records) and `cancel()` (which cancels a submitit job too).
 
 This module imports nothing beyond the standard library and the config paths, so it runs in either
 env; `result()` needs pandas, which the sim env has and the model env does not (install it there, or

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -30,12 +29,10 @@ from harness.config.paths import CODE_ROOT, run_dir
 from harness.config.rundir import RunDir
 from harness.episode.records import read_tree
 from harness.launch.newrun import new_run
+from harness.launch.pools import PASSED, final_state, node_results, node_task
 from harness.launch.progress import progress
 from harness.process.failures import run_command
 from harness.results.aggregate import summarize
-
-_UNFINISHED = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "UNKNOWN", "REQUEUED"}
-_PASSED = ("EVAL_ROOT", "BUNDLE", "RUNS_ROOT", "ENVS_ROOT", "SIM_PY", "MODEL_PY", "HF_HOME", "PYTHONPATH")
 
 
 @dataclass
@@ -51,13 +48,6 @@ class RunSummary:
     nodes: list[dict[str, object]] = field(default_factory=list)
 
 
-def node_task(env: dict[str, str], node_script: str) -> dict[str, object]:
-    """Runs on each node (one submitit task per node): the node script, with the submitter's knobs."""
-    os.environ.update(env)
-    done = subprocess.run(["bash", node_script], env=os.environ.copy())
-    return {"node": os.environ.get("SLURMD_NODENAME", ""), "rc": done.returncode}
-
-
 def submit(
     run: RunDir,
     nodes: int,
@@ -70,7 +60,7 @@ def submit(
     show=print,
 ) -> RunSummary:
     """Submit the pool, show progress until it ends, and return the run's summary."""
-    env = {k: v for k, v in os.environ.items() if k in knobs.KNOBS or k in _PASSED}
+    env = {k: v for k, v in os.environ.items() if k in knobs.KNOBS or k in PASSED}
     env["STUDY_RUN"] = run.name
     env["RUNS_ROOT"] = str(run.root.parent)
     executor = submitit.AutoExecutor(folder=run.logs / "submitit", cluster="slurm")
@@ -97,28 +87,7 @@ def submit(
             show(line)
             last = line
         time.sleep(poll_s)
-    return summarize_run(run, frozen, str(job.job_id), _final_state(job), _node_results(job))
-
-
-def _final_state(job: submitit.Job, timeout_s: float = 30.0) -> str:
-    """Slurm's final state of the job (its tasks' results can exist while it is still COMPLETING)."""
-    deadline = time.monotonic() + timeout_s
-    state = job.state
-    while state in _UNFINISHED and time.monotonic() < deadline:
-        time.sleep(0.5)
-        state = job.get_info(mode="force").get("State", state)
-    return state
-
-
-def _node_results(job: submitit.Job) -> list[dict[str, object]]:
-    """Each node task's result; a task that died without one is reported with its error."""
-    out: list[dict[str, object]] = []
-    for task_id in range(job.num_tasks):
-        try:
-            out.append(job.task(task_id).result())
-        except Exception as exc:  # a killed node: submitit raises its failure, the pool result stands
-            out.append({"task": task_id, "rc": None, "error": str(exc).strip().splitlines()[0][:200]})
-    return out
+    return summarize_run(run, frozen, str(job.job_id), final_state(job), node_results(job))
 
 
 def summarize_run(run: RunDir, frozen: Manifest, job_id: str, state: str, nodes: list) -> RunSummary:

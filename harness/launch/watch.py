@@ -7,7 +7,7 @@ CKPT_DIR is where the trainer saves checkpoints, one entry per save whose name e
 seconds; one still being written or copied is never evaluated. Each complete checkpoint becomes the
 run `<prefix>_step<N>` under $RUNS_ROOT, created from the current knobs (POLICY, BENCHMARK,
 BENCH_CONFIG, EVAL_TEST_NUM, EVAL_STOP, ...) with CKPT_NAME set to it, and runs on one pool
-(LAUNCHER=local or srun, --nodes), the newest checkpoint first. A checkpoint deleted while it is
+(LAUNCHER=local, srun or submitit, --nodes), the newest checkpoint first. A checkpoint deleted while it is
 evaluated stops its pool; its records stay and its run is marked dropped. What is done is read from
 the run dirs, so re-running the same command resumes and never runs a finished run again. After each
 run: its tables (organize_results), the learning curve over the series (curve.csv, curve.json,

@@ -60,8 +60,80 @@ def test_node_commands() -> None:
     assert [cmd for cmd, _ in local] == [["bash", "/e/slurm/eval_node.sh"]] * 3
     names = [env["NODE_NAME"] for _, env in local]
     assert len(set(names)) == 3 and all(n.startswith("sweep-clean-p") for n in names)
-    with pytest.raises(pools.LaunchError, match="LAUNCHER='ssh'"):
+    with pytest.raises(pools.LaunchError, match="LAUNCHER='ssh': expected one of local, srun, submitit"):
         pools.node_commands(pool, "ssh", Path("/e"), "")
+
+
+def test_an_unknown_launcher_is_refused_naming_the_choices(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="LAUNCHER='slurm': expected one of local, srun, submitit"):
+        Settings.from_env({"LAUNCHER": "slurm"})
+    assert Settings.from_env({"LAUNCHER": "submitit"}).launcher == "submitit"
+    pool = pools.Pool(RunDir(tmp_path / "r"), 1, {}, "x")
+    with pytest.raises(pools.LaunchError, match="LAUNCHER='ssh': expected one of local, srun, submitit"):
+        pools.start(pool, "ssh", tmp_path)
+
+
+def test_srun_args_become_the_submitit_jobs_sbatch_options() -> None:
+    args = "--partition=gpu --gres gpu:1 --exclusive -t 60 -Aproj --mem=8G"
+    assert pools.sbatch_options(args) == {
+        "partition": "gpu",
+        "gres": "gpu:1",
+        "exclusive": True,
+        "time": "60",
+        "account": "proj",
+        "mem": "8G",
+    }
+    assert pools.sbatch_options("") == {}
+    with pytest.raises(pools.LaunchError, match="SRUN_ARGS '-N': expected sbatch options"):
+        pools.sbatch_options("-N 3")
+    with pytest.raises(pools.LaunchError, match="SRUN_ARGS '-p' has no value"):
+        pools.sbatch_options("-p")
+
+
+def test_a_node_task_gets_the_pool_env_less_what_slurm_sets_per_node() -> None:
+    env = {
+        "STUDY_RUN": "r", "PATH": "/bin", "SLURM_CONF": "/c", "SLURM_JOB_ID": "7", "SLURMD_NODENAME": "n1",
+        "CUDA_VISIBLE_DEVICES": "0", "NODE_NAME": "me", "SUBMITIT_FOLDER": "/f",
+    }  # fmt: skip
+    assert pools.node_env(env) == {"STUDY_RUN": "r", "PATH": "/bin", "SLURM_CONF": "/c"}
+
+
+class FakeJob:
+    """A submitit job's face as Started sees it: done(), its tasks' results, Slurm's state."""
+
+    def __init__(self, results: list[object], state: str = "COMPLETED") -> None:
+        self.results, self.state, self.num_tasks, self.ended = results, state, len(results), False
+
+    def done(self) -> bool:
+        return self.ended
+
+    def task(self, i: int) -> FakeJob:
+        return FakeJob([self.results[i]])
+
+    def result(self) -> object:
+        if isinstance(self.results[0], Exception):
+            raise self.results[0]
+        return self.results[0]
+
+    def get_info(self, mode: str = "force") -> dict[str, str]:
+        return {"State": self.state}
+
+
+@pytest.mark.parametrize(
+    ("results", "state", "code"),
+    [
+        ([{"rc": 0}, {"rc": 0}], "COMPLETED", 0),
+        ([{"rc": 0}, {"rc": 3}], "COMPLETED", 3),
+        ([{"rc": 0}, RuntimeError("killed\nmore")], "FAILED", 1),
+        ([{"rc": 0}, {"rc": 0}], "CANCELLED by 7", 1),
+    ],
+)
+def test_a_submitit_pool_polls_none_until_its_job_ends_then_its_status(results, state, code) -> None:
+    job = FakeJob(results, state)
+    started = pools.Started(job=job)  # type: ignore[arg-type]
+    assert started.poll() is None
+    job.ended = True
+    assert started.poll() == code
 
 
 def test_pool_launch_takes_the_knobs_and_the_nodes_flag() -> None:

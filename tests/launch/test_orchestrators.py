@@ -1,4 +1,4 @@
-"""The three orchestrators end to end, on the local pool and on the real Slurm test cluster.
+"""The three orchestrators end to end, on the local pool and on the real Slurm test cluster (srun, submitit).
 
 Each test runs the shell commands as the README gives them, with the fast test-double benchmark and
 the sleep policy, and counts episode records: a resumed or filled-in run must never record a planned
@@ -26,6 +26,7 @@ UNITS = [("s1", "t1"), ("s1", "t2"), ("s2", "t1")]
 LAUNCHERS = [
     pytest.param("local", id="local"),
     pytest.param("srun", id="srun", marks=pytest.mark.slurm),
+    pytest.param("submitit", id="submitit", marks=pytest.mark.slurm),
 ]
 
 
@@ -39,7 +40,7 @@ def env(request: pytest.FixtureRequest, snapshot: Path, tmp_path: Path) -> dict[
     """The environment of a user who sets knobs and runs an orchestrator from the snapshot."""
     launcher = request.param
     base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "USER", "LANG", "TMPDIR")}
-    if launcher == "srun":
+    if launcher in ("srun", "submitit"):
         base.update(request.getfixturevalue("slurm"))
     for name, configs in (("bank1", ("clean", "clutter")), ("bank2", ("clean",))):
         for scene, task in UNITS:

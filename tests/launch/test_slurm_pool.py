@@ -263,6 +263,127 @@ def test_submitit_entry_point_runs_the_pool_and_returns_the_summary(
     assert summary.sr is not None and any("episodes" in line for line in shown)
 
 
+def test_submitit_launcher_runs_an_orchestrators_pool_and_stopping_it_cancels_the_job(
+    slurm: dict[str, str], tmp_path: Path
+) -> None:
+    """LAUNCHER=submitit through an orchestrator (the sweep): one Slurm job of 3 nodes x 1 task
+    completes the run; a second sweep stopped with SIGTERM cancels its job (it leaves the queue)."""
+    knobs = {"LAUNCHER": "submitit", "POOL_NODES": "3"}
+    env = pool_env(slurm, tmp_path, "sub_clean", **knobs)
+    sweep = ["bash", str(ROOT / "orchestrators" / "sweep.sh"), "--configs", "clean", "--progress-every", "2"]
+    queue = str(tmp_path / "sub_clean.queue.txt")
+    done = subprocess.run(
+        [*sweep, "--run-prefix", "sub", "--queue", queue],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "submitit pool of 3 node(s) on sub_clean" in done.stdout, done.stdout
+    lines = record_lines(env)
+    assert recorded(lines) == planned()
+    assert len(lines) == len(planned())  # nothing ran twice
+    assert {r["host"] for r in lines} <= {"n1", "n2", "n3"}
+    assert list((run_dir(env) / "logs" / "submitit").glob("*_log.out")), "no submitit task logs"
+
+    env = pool_env(slurm, tmp_path, "stop_clean", FASTBENCH_STEP_MS="500", **knobs)
+    proc = subprocess.Popen(
+        [*sweep, "--run-prefix", "stop", "--queue", str(tmp_path / "stop_clean.queue.txt")],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        job = job_id(env, "eval-sweep-clean", timeout=60)
+        wait_for(lambda: len(record_lines(env)) >= 1, 90, "the job's first record")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+    def gone() -> bool:
+        listed = subprocess.run(["squeue", "-h", "-j", job], env=env, capture_output=True, text=True)
+        return not listed.stdout.strip()
+
+    assert gone(), f"job {job} still queued after the orchestrator stopped:\n{out}"
+    assert proc.returncode != 0
+    assert 0 < len(recorded(record_lines(env))) < len(planned()), out
+
+
+def test_a_submitit_job_sbatch_refuses_is_one_launch_error(
+    slurm: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.config.rundir import RunDir
+    from harness.launch import pools
+
+    for key, value in slurm.items():
+        monkeypatch.setenv(key, value)
+    pool = pools.Pool(RunDir(tmp_path / "r"), 1, dict(slurm), "refused")
+    with pytest.raises(pools.LaunchError, match=r"LAUNCHER=submitit: cannot submit the pool.s job \(.*nope"):
+        pools.start(pool, "submitit", ROOT, "--partition=nope")
+
+
+def test_harness_evaluate_with_launcher_submitit_runs_its_pool_as_a_slurm_job(
+    slurm: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`harness.evaluate(..., knobs={"LAUNCHER": "submitit"})`: the background job submits its pool."""
+    import harness
+
+    for key, value in slurm.items():
+        monkeypatch.setenv(key, value)
+    ckpt = tmp_path / "ckpts" / "step_5"
+    ckpt.mkdir(parents=True)
+    (ckpt / "config.json").write_text(json.dumps({"kind": "sleep"}))
+    (tmp_path / "queue.txt").write_text("s1 t1\ns1 t2\n")
+    knobs = {
+        "LAUNCHER": "submitit", "USE_EVAL_SEEDS": "0", "RECORD_VIDEO": "0", "STAGE_ENVS": "none",
+        "NODE_CACHE": str(TEST_NODE_CACHE), "CACHE_MAX_GB": TEST_CACHE_MAX_GB, "FASTBENCH_STEPS": "2",
+        "HEARTBEAT_S": "1", "LEASE_TTL": "4",
+    }  # fmt: skip
+    handle = harness.evaluate(
+        ckpt, benchmark="tests.support.fastbench:FastBench", episodes=3, policy="tests/policies/ckpt_sleep",
+        queue=tmp_path / "queue.txt", nodes=2, runs_root=tmp_path / "runs", knobs=knobs,
+    )  # fmt: skip
+    try:
+        table = handle.result(timeout=180)
+    finally:
+        handle.cancel()
+    assert table[["task", "sr_k", "n"]].values.tolist() == [["t1", 2, 3], ["t2", 2, 3]]
+    assert len(handle.episodes()) == 6
+    pool_log = next((handle.run_dir / "logs").glob("pool-evaluate-*.log")).read_text()
+    assert "submitit job" in pool_log and "2 node(s)" in pool_log, pool_log
+    assert list((handle.run_dir / "logs" / "submitit").glob("*_log.out"))
+
+
+def test_the_checkpoint_watcher_with_launcher_submitit_evaluates_each_checkpoint_as_a_job(
+    slurm: dict[str, str], tmp_path: Path
+) -> None:
+    ckpts = tmp_path / "ckpts"
+    for step in (1000, 2000):
+        (ckpts / f"step_{step}").mkdir(parents=True)
+        (ckpts / f"step_{step}" / "config.json").write_text(json.dumps({"kind": "sleep"}))
+    (tmp_path / "queue.txt").write_text("s1 t1\ns1 t2\n")
+    env = {
+        **slurm, "LAUNCHER": "submitit", "RUNS_ROOT": str(tmp_path / "runs"),
+        "BENCHMARK": "tests.support.fastbench:FastBench", "POLICY": "tests/policies/ckpt_sleep",
+        "USE_EVAL_SEEDS": "0", "EVAL_TEST_NUM": "2", "RECORD_VIDEO": "0", "STAGE_ENVS": "none",
+        "NODE_CACHE": str(TEST_NODE_CACHE), "CACHE_MAX_GB": TEST_CACHE_MAX_GB, "FASTBENCH_STEPS": "2",
+        "HEARTBEAT_S": "1", "LEASE_TTL": "4",
+    }  # fmt: skip
+    watch = [str(ckpts), "--queue", str(tmp_path / "queue.txt"), "--nodes", "2", "--poll", "0.3"]
+    done = subprocess.run(
+        ["bash", str(ROOT / "orchestrators" / "watch.sh"), *watch, "--settle", "0.5", "--once"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    for step in (1000, 2000):
+        run = tmp_path / "runs" / f"ckpts_step000{step}"
+        lines = record_lines({"RUNS_ROOT": str(run.parent), "STUDY_RUN": run.name})
+        assert sorted((r["task"], r["seed"]) for r in lines) == [("t1", 0), ("t1", 1), ("t2", 0), ("t2", 1)]
+        assert f"step {step}: submitit pool of 2 node(s)" in done.stdout, done.stdout
+        assert "submitit job" in next((run / "logs").glob("pool-watch-*.log")).read_text()
+    curve = json.loads((tmp_path / "runs" / "ckpts_curve" / "curve.json").read_text())
+    assert [p["step"] for p in curve["points"]] == [1000, 2000]
+
+
 def test_cluster_up_is_idempotent_and_accounting_works(slurm: dict[str, str]) -> None:
     from support import slurm_cluster
 
