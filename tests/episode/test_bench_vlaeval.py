@@ -72,11 +72,11 @@ def test_a_policy_whose_action_spec_differs_is_refused_at_hello_naming_both(mika
     episode = load_benchmark(MIKASA, Settings.from_env(os.environ)).make_episode(TASK, "clean", 0)
     try:
         assert episode.spec["action"] == CONVENTION and episode.action_dim == 8
-        hold = Session(load_policy("hold"), token=None, reply_token=None)  # 10-D ee6d
+        replay = Session(load_policy("replay"), token=None, reply_token=None)  # 10-D ee6d
         with pytest.raises(WireError) as refused:
-            hold.handle(protocol.hello(episode.spec, ["json"]))
+            replay.handle(protocol.hello(episode.spec, ["json"]))
         assert "action_dim: policy produces 10, robot takes 8" in str(refused.value)
-        assert "policy emits ['ee6d', 'joint_pos']" in str(refused.value)
+        assert "policy emits ['ee6d']" in str(refused.value)
         assert f"sim applies '{CONVENTION}'" in str(refused.value)
         with pytest.raises(ValueError, match=r"action must be 8 finite numbers"):
             episode.apply(np.zeros(10))
