@@ -260,13 +260,13 @@ class Worker:
         unit = lease.unit
         deadline = time.monotonic() + self.settings.per_task_timeout
         todo, fault = list(seeds), None
-        # a beat before each job: a worker resumed from a freeze learns at once that it lost the lease
+        # a beat before each assignment: a worker resumed from a freeze learns at once that it lost the lease
         while todo and not self.stop.is_set() and lease.beat():
             info = self.server.ensure(self.settings.model_start_timeout)
             started, since = time.monotonic(), now_iso_microseconds()
             stall = self.settings.stall_timeout
             outcome = slot.sim.run(
-                slot.job(self.run.root, unit, todo), slot.line_logger(unit), slot.progress,
+                slot.assignment(self.run.root, unit, todo), slot.line_logger(unit), slot.progress,
                 stall, deadline, [self.stop, lease.lost], peer_alive=self.server.alive,
             )  # fmt: skip
             if outcome.returncode == CODE_REFUSED_EXIT and outcome.killed is None:

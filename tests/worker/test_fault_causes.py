@@ -42,7 +42,7 @@ from harness.worker.sim_process import SimOutcome
         (SimOutcome(-11, None, 0), None, UNIT),  # a segfault mid-episode: the unit's
     ],
 )
-def test_each_way_a_sim_job_ends_has_a_cause(
+def test_each_way_a_sim_assignment_ends_has_a_cause(
     outcome: SimOutcome, down: str | None, cause: str | None
 ) -> None:
     fault = classify(outcome, down)
