@@ -1,7 +1,7 @@
 """The per-worker loop: one persistent model server, SIMS_PER_WORKER sim slots, each claiming ->
 running the missing seeds -> releasing.
 
-Started by `slurm/eval_worker.sh` (one per GPU slot, from the node script). The run dir is
+Started by `slurm/eval_worker.sh` (one per GPU share, from the node script). The run dir is
 $RUN_DIR, else $RUNS_ROOT/$STUDY_RUN. Each log line (stderr; the node script keeps it in
 `logs/worker-<id>.log`) names the unit and seed it is about. Each slot (harness/worker/sim_slot.py)
 has its own lease queue, progress file and persistent sim process; its claims prefer units of the
