@@ -205,7 +205,7 @@ class Worker:
         try:
             return self.run_unit(slot, lease)
         except (ModelServerFailed, ContractMismatch):
-            slot.queue.mark(lease, done=False)  # not the unit's fault: no crash counted
+            slot.queue.mark(lease, done=False)  # not the unit's fault: no errored attempt counted
             raise
 
     def run_unit(self, slot: SimSlot, lease: Lease) -> list[dict]:
@@ -241,15 +241,15 @@ class Worker:
         cause does not, but counts towards this worker's breaker (which may stop it)."""
         unit, log = lease.unit, slot.log
         if fault.cause != faults.UNIT:
-            log(f"{fault}: retrying later, not a crash", unit)
+            log(f"{fault}: retrying later, not charged to the unit", unit)
             slot.queue.mark(lease, done=False)
             if self.server.starts - 1 >= MAX_SERVER_RESTARTS:
                 died = self.server.starts - 1
                 raise ModelServerFailed(f"model server died {died} times: see {self.server.log}")
         elif slot.queue.release_errored(lease, str(fault)):
-            log(f"quarantined after {slot.queue.crashes[unit.key]} errored attempts: {fault}", unit)
+            log(f"quarantined after {slot.queue.errored_attempts[unit.key]} errored attempts: {fault}", unit)
         else:
-            log(f"errored attempt {slot.queue.crashes[unit.key]}: {fault}", unit)
+            log(f"errored attempt {slot.queue.errored_attempts[unit.key]}: {fault}", unit)
         self.breaker.record(fault)
 
     def run_seeds(

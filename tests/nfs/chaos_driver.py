@@ -115,7 +115,7 @@ class Pool:
 
 def finished(server: RunDir, units: list[str], crash_limit: int) -> set[str]:
     """Units whose lease dir holds their end state (done or quarantined), read on the server."""
-    crashes = scan(server.leases).crashes
+    crashes = scan(server.leases).errored_attempts
     out = set()
     for key in units:
         try:

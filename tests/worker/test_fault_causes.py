@@ -1,5 +1,5 @@
 """Fault attribution and the per-worker breaker (issue 20), as functions: which cause each way a sim
-job can end has, which causes a unit's crash count sees, when the breaker trips, and the health
+job can end has, which causes a unit's errored attempts count, when the breaker trips, and the health
 check that tells a hung external server from a slow episode."""
 
 from __future__ import annotations
