@@ -5,7 +5,7 @@ ACTION_SMOOTH/SMOOTH_ROT, FAKE_PROPRIO via harness.episode.actions.ChunkRunner) 
 success predicate holds after an executed action (any step: the episode stops there) or the task's
 step limit is reached. An episode whose success already holds before the policy's first action is
 no trial of the policy: it is recorded with `invalid` naming why (counted apart, never run again).
-One record per seed goes to this writer's own metrics file (none once the worker that started the
+One record per seed goes to this writer's own record file (none once the worker that started the
 client is stopped: its lease may be reaped). An exception in the simulator, or an error the policy
 server answers with, becomes an `error` record for that seed (not a trial) and the next seed runs;
 only a lost connection to the server stops the unit. A video that cannot be written never changes a
@@ -183,7 +183,7 @@ class SimClient:
         record["fingerprint"] = self._fingerprint()
         if self._worker_stopped():  # its lease may be reaped by now: this worker must commit nothing
             raise WorkerStopped(seed)
-        append_record(self._metrics_file(), record)
+        append_record(self._record_file(), record)
         return record
 
     def _canary(self, report: Any) -> None:
@@ -293,9 +293,9 @@ class SimClient:
     def _video_path(self, seed: int) -> Path:
         return self._result_dir() / "videos" / f"seed{seed}.mp4"
 
-    def _metrics_file(self) -> Path:
+    def _record_file(self) -> Path:
         spec = self.server_spec or {}
-        return RunDir(self.assignment.run_dir).metrics_file(
+        return RunDir(self.assignment.run_dir).record_file(
             self.assignment.task,
             spec.get("policy", ""),
             self.task_config,

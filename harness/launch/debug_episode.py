@@ -42,7 +42,7 @@ from harness.runqueue import run_units
 from harness.wire.client import PolicyClient
 from harness.worker.unit_records import missing_seeds
 
-WRITER_ID = "inprocess"  # names this mode's own metrics file
+WRITER_ID = "inprocess"  # names this mode's own record file
 DEBUG_IO_TIMEOUT_S = 24 * 3600.0  # the sim side's wait for a reply: the policy may sit at a breakpoint
 JOIN_TIMEOUT_S = 30.0  # the model thread ends when the sim side closes its end
 
@@ -133,6 +133,6 @@ def run_inprocess(
     finally:
         server.join()
     if code == 0:
-        metrics = run.metrics_file(unit.task, policy.name, unit.task_config, policy.ckpt, WRITER_ID)
-        report(f"record: {metrics}")
+        record_file = run.record_file(unit.task, policy.name, unit.task_config, policy.ckpt, WRITER_ID)
+        report(f"record: {record_file}")
     return code

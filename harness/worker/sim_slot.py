@@ -2,7 +2,7 @@
 
 A worker runs SIMS_PER_WORKER slots against its one model server. Each slot claims, heartbeats and
 releases its own leases (its own `LeaseQueue`, so a stalled slot loses only its own unit), writes
-its own metrics file (`writer_id`: no two writers ever append to one file) and is watched through
+its own record file (`writer_id`: no two writers ever append to one file) and is watched through
 its own progress file. Slot 0's writer id is the worker's id, so one slot is exactly the shape of a
 worker before slots existed.
 """

@@ -115,7 +115,7 @@ def test_one_record_per_seed_and_a_crash_does_not_stop_the_unit(records) -> None
     on_disk = read_tree(RunDir(tmp_path / "run").results).records
     assert len(on_disk) == 6
     assert all(r["contract"] == "abc123" and r["policy"] == "scripted" and r["ckpt"] == "c1" for r in recs)
-    path = RunDir(tmp_path / "run").metrics_file("T", "scripted", "table_clean", "c1", "w7")
+    path = RunDir(tmp_path / "run").record_file("T", "scripted", "table_clean", "c1", "w7")
     assert path.exists()
     progress = json.loads((tmp_path / "progress.json").read_text())
     assert (progress["seed"], progress["step"]) == (5, 0) and isinstance(progress["started_at"], float)
