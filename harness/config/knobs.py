@@ -65,7 +65,7 @@ KNOBS: dict[str, Knob] = {
         Knob("BENCHMARK", "maniskill",
              "benchmark: `maniskill`, `libero`, `metaworld`, `vla-eval:module:Class` or `module:Class`"),
         Knob("BENCH_CONFIG", "clean",
-             "task config: ManiSkill level (clean, clutter3, ...), LIBERO suite, MetaWorld MT10/MT50"),
+             "bench config: ManiSkill level (clean, clutter3, ...), LIBERO suite, MetaWorld MT10/MT50"),
         Knob("BENCH_PARAMS", "", "benchmark parameters (vla-eval constructor, LIBERO settings): a mapping",
              accepts=MAPPING),
         Knob("SEEDS_ROOT", "seeds/maniskill", "seed bank root (relative to $BUNDLE unless absolute)"),
