@@ -33,7 +33,7 @@ from harness.config import knobs  # noqa: E402
 from harness.config.seedbank import read_bank_file, resolve_root  # noqa: E402
 from harness.config.settings import Settings  # noqa: E402
 from harness.episode.bench import load_benchmark  # noqa: E402
-from harness.episode.simclient import SimClient, SimJob  # noqa: E402
+from harness.episode.simclient import SimAssignment, SimClient  # noqa: E402
 from harness.model.policyload import load_policy  # noqa: E402
 from harness.wire.client import PolicyClient  # noqa: E402
 from harness.worker.model_server_process import ModelServerProcess  # noqa: E402
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                 knobs.get("POLICY"), knobs.get("CKPT_NAME"), knobs.get("POLICY_ARGS").split()
             )
             with PolicyClient.from_ready_file(server.ready_file) as client:
-                unit = SimJob(Path(tmp) / "run", "table", args.task, seeds, "bench")
+                unit = SimAssignment(Path(tmp) / "run", "table", args.task, seeds, "bench")
                 sim = SimClient(TimedBench(bench), TimedClient(client, policy), unit, settings)
                 CLOCK.clear()
                 t = time.perf_counter()

@@ -78,7 +78,7 @@ def measure_outside(episodes: int) -> dict[str, float]:
     os.environ.pop("ACTION_CONVENTION", None)
     from harness.config.settings import Settings
     from harness.episode.bench import load_benchmark
-    from harness.episode.simclient import SimClient, SimJob
+    from harness.episode.simclient import SimAssignment, SimClient
     from harness.model.policyload import load_policy
     from harness.wire.client import PolicyClient
     from harness.worker.model_server_process import ModelServerProcess
@@ -118,9 +118,11 @@ def measure_outside(episodes: int) -> dict[str, float]:
             server.ensure(timeout_s=300)
             with PolicyClient.from_ready_file(server.ready_file) as client:
                 local = LocalTimer(client, policy, clock)
-                job = SimJob(Path(tmp) / "run", "libero", bench.tasks()[0], list(range(episodes)), "bench")
+                assignment = SimAssignment(
+                    Path(tmp) / "run", "libero", bench.tasks()[0], list(range(episodes)), "bench"
+                )
                 t = time.perf_counter()
-                sim = SimClient(bench, local, job, settings)
+                sim = SimClient(bench, local, assignment, settings)
                 records = sim.run(report=lambda line: print(line, file=sys.stderr))
                 wall = time.perf_counter() - t
         finally:

@@ -1,21 +1,21 @@
 """Sim process: run units of a run against a model server, one record per seed, as a worker runs it.
 
 One process for many units (harness/episode/simserver.py): it loads the benchmark and warms its
-renderer up once, then reads one JSON job line per unit on stdin
+renderer up once, then reads one JSON assignment line per unit on stdin
 (`{"run_dir", "scene", "task", "seeds", "writer_id", "progress_file"}`) and answers each, when the
 unit ends, with a `UNIT_END {"returncode": N, "pid": P}` line on stdout; every other stdout line is
 the unit's log. Stdin closed: the process exits 0.
 
 Knobs (BENCHMARK, BENCH_CONFIG, IMAGE_SIZE, EXEC_ACTIONS, ACTION_SMOOTH, RECORD_VIDEO, ...) come from
-the environment. Records go to each job's writer's own metrics file in the run dir, videos next to
+the environment. Records go to each assignment's writer's own record file in the run dir, videos next to
 it. A unit's returncode: 0 when every seed has a record (errored episodes included); 2 when it
-cannot run at all (no model server, spec mismatch, a malformed job line); 3 when the connection to
+cannot run at all (no model server, spec mismatch, a malformed assignment line); 3 when the connection to
 the server is lost mid-unit; 5 (no episode run) when the code it runs is not the code the run's
 contract hashed; 6 when it stopped because process --worker-pid was stopped (SIGSTOP: its lease may
 be reaped), the seed running then and those after it left without a record. A worker reads 2 and 3
 as the model server's fault, never as the unit's; after 6 it runs the seeds left again. The process
 itself exits 2 when its knobs are refused and 4 when the benchmark or its renderer cannot start on
-this node (it cannot be loaded, or its warm-up fails), before any job.
+this node (it cannot be loaded, or its warm-up fails), before any assignment.
 
 Example (one unit):
   echo '{"run_dir": "runs/demo", "scene": "table", "task": "PickCube", "seeds": [0, 1], "writer_id": "w0"}' \\

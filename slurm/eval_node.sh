@@ -2,7 +2,7 @@
 # The per-node payload of `srun` (one task per node); also runs by hand without Slurm.
 # Everything comes from the environment (knobs: `python -m harness.config.knobs --markdown`). On this node it
 # stages envs/checkpoint into NODE_CACHE if cold, installs SIM_PIN into the staged sim env, refreshes
-# the code from the shared tree, then starts one worker per GPU slot x WORKERS_PER_GPU (CPU_WORKERS on
+# the code from the shared tree, then starts one worker per GPU share, WORKERS_PER_GPU of each GPU (CPU_WORKERS on
 # a node without GPUs; `auto`, the default, fills the allocation: harness/node/sizing.py) and waits.
 # It exits non-zero only for a node-level failure (staging, pin, or every worker failed), so a
 # `--kill-on-bad-exit=0` pool keeps going without this node.

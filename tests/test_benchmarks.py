@@ -1,5 +1,5 @@
-"""Every benchmark script starts: its imports resolve and `--help` answers (a moved module breaks a
-benchmark silently otherwise, since nothing else runs them)."""
+"""Every speed benchmark (a script under benchmarks/) starts: its imports resolve and `--help`
+answers (a moved module breaks a speed benchmark silently otherwise, since nothing else runs them)."""
 
 from __future__ import annotations
 

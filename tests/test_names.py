@@ -49,3 +49,51 @@ def test_no_two_harness_functions_share_a_timestamp_name() -> None:
             if isinstance(node, ast.FunctionDef) and node.name.startswith("now"):
                 clocks[node.name].append(str(path.relative_to(HARNESS)))
     assert _shared(clocks) == {}
+
+
+ROOT = HARNESS.parent
+# Old code names of one concept each (issue "one name per concept", docs/glossary.md): they must not
+# come back as identifiers in harness/ or scripts/. Persisted names (the knobs CRASH_LIMIT,
+# BENCH_CONFIG, USE_EVAL_SEEDS, the record fields `worker` and `task_config`, the `.crash.<n>` and
+# `_metrics*.jsonl` file names, a wrapper yml's `num_actions`) are strings, not identifiers, and stay.
+RETIRED_IDENTIFIERS = {
+    "SimJob": "SimAssignment",
+    "run_job": "run_assignment",
+    "run_job_via": "run_assignment_via",
+    "parse_job": "parse_assignment",
+    "JOB_FIELDS": "ASSIGNMENT_FIELDS",
+    "gpu_slots": "visible_gpus",
+    "crashes": "errored_attempts",
+    "CRASH": "ERRORED_ATTEMPT",
+    "metrics_file": "record_file",
+    "metrics_files": "record_files",
+    "METRICS_GLOB": "RECORD_FILE_GLOB",
+    "TaskConfig": "BenchConfig",
+}
+
+
+def _identifiers(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add(node.asname or node.name.split(".")[-1])
+        elif isinstance(node, ast.keyword) and node.arg:
+            names.add(node.arg)
+    return names
+
+
+def test_retired_names_do_not_come_back() -> None:
+    found: dict[str, list[str]] = defaultdict(list)
+    for top in ("harness", "scripts"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            for name in _identifiers(path) & RETIRED_IDENTIFIERS.keys():
+                found[f"{name} (now {RETIRED_IDENTIFIERS[name]})"].append(str(path.relative_to(ROOT)))
+    assert dict(found) == {}

@@ -1,4 +1,4 @@
-"""The training data's card and the rule that training seeds never overlap the eval seed bank.
+"""The training data's card and the rule that training seeds never overlap the seed bank.
 
 The card (`data_card.json` beside the data, copied into the checkpoint's model card) records the seed
 range, tasks and demos the policy learned from; `overlap` is what the collector refuses on and what
@@ -19,7 +19,7 @@ def eval_seeds(bank_root: Path) -> dict[str, set[int]]:
     seeds: dict[str, set[int]] = {}
     files = sorted(Path(bank_root).glob("*/*.txt"))
     if not files:
-        raise ValueError(f"eval seed bank {bank_root}: no <task>/<task_config>.txt files")
+        raise ValueError(f"seed bank {bank_root}: no <task>/<task_config>.txt files")
     for path in files:
         try:
             values = {int(s) for s in path.read_text().split()}

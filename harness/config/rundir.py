@@ -92,6 +92,6 @@ class RunDir:
         task and task_config through `path_part`: a task named by a sentence is one directory)."""
         return self.results / path_part(task) / policy / path_part(task_config) / (ckpt or "default")
 
-    def metrics_file(self, task: str, policy: str, task_config: str, ckpt: str, writer: str) -> Path:
-        """The metrics file of one writer: no two processes ever append to the same file."""
+    def record_file(self, task: str, policy: str, task_config: str, ckpt: str, writer: str) -> Path:
+        """The record file of one writer: no two processes ever append to the same file."""
         return self.result_dir(task, policy, task_config, ckpt) / f"_metrics.{safe_key(writer)}.jsonl"

@@ -85,10 +85,10 @@ class ChunkRunner:
         self._last = None
 
     def plan(self, chunk: np.ndarray) -> np.ndarray:
-        """The actions to execute from `chunk` [num_actions, action_dim]: smoothed, then truncated."""
+        """The actions to execute from `chunk` [chunk_len, action_dim]: smoothed, then truncated."""
         chunk = np.array(chunk, dtype=np.float32)
         if chunk.ndim != 2 or chunk.shape[1] != self.action_dim or len(chunk) == 0:
-            raise ValueError(f"action chunk shape {chunk.shape}: expected [num_actions>0, {self.action_dim}]")
+            raise ValueError(f"action chunk shape {chunk.shape}: expected [chunk_len>0, {self.action_dim}]")
         if self.alpha > 0.0 and self._last is not None:
             first = chunk[0]
             first[self._dims] = self.alpha * self._last[self._dims] + (1.0 - self.alpha) * first[self._dims]

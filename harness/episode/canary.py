@@ -55,7 +55,7 @@ class Trajectory:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class CanaryVerdict:
     """A canary against the run's reference."""
 
     fingerprint: str | None
@@ -193,7 +193,7 @@ def run_canary(
     seed: int,
     fingerprint: str | None,
     on_step: Callable[[int], None] | None = None,
-) -> Verdict:
+) -> CanaryVerdict:
     """Roll the canary out on `episode` (built for `task`, `seed`), compare it with the run's
     reference (becoming it when there is none yet), and record the verdict under `fingerprint` (the
     node's sim-side fingerprint id, `harness.episode.nodeprint.sim_id`)."""
@@ -208,7 +208,7 @@ def run_canary(
     became = _exclusive_write(reference, buffer.getvalue())
     ref, ref_meta = (traj, meta) if became else _load(reference)
     match, first, largest, frame_psnr = compare(traj, ref)
-    verdict = Verdict(
+    verdict = CanaryVerdict(
         fingerprint, host, task, seed, len(traj.states) - 1, traj.sha256, ref_meta["sha256"],
         str(ref_meta.get("host")), match, first, largest, frame_psnr, round(time.monotonic() - started, 3),
         is_reference=became,

@@ -161,7 +161,7 @@ class ExternalPolicyClient:
         self._used = True
 
     def infer(self, obs: dict[str, Any], step: int) -> np.ndarray:
-        """The action chunk for `obs`: float32 [num_actions, action_dim]."""
+        """The action chunk for `obs`: float32 [chunk_len, action_dim]."""
         conn = self._connection()
         request = self._external_obs(obs)
         reply = self._guard(conn.infer if isinstance(conn, OpenpiConnection) else conn.act, request)

@@ -1,4 +1,4 @@
-"""Episode records: one JSON line per finished episode, each writer in its own metrics file.
+"""Episode records: one JSON line per finished episode, each writer in its own record file.
 
 Readers take the union of every `_metrics*.jsonl` under a directory, ignore a torn last line (a
 writer killed mid-write), and keep one record per (task, task_config, seed) by `precedence`. Every
@@ -27,7 +27,7 @@ RECORD_FIELDS = (
 # fields a record may lack (older records do), in FIELD_CHECKS' order
 OPTIONAL_FIELDS = ("collision", "infer_calls", "infer_p50_ms", "infer_p95_ms", "invalid", "fingerprint")
 
-METRICS_GLOB = "_metrics*.jsonl"
+RECORD_FILE_GLOB = "_metrics*.jsonl"  # record files keep the name old runs have
 SHOWN_BAD_LINES = 10  # malformed lines named one by one in a warning; the rest are counted
 
 RecordKey = tuple[str, str, int]
@@ -147,8 +147,9 @@ def precedence(record: dict[str, Any]) -> tuple[bool, str, str]:
     """Which of two records of one seed counts: a trial beats an errored attempt; then the writer id,
     then that writer's own finished_at. Clocks are only ever compared within one writer (one node),
     so a node whose clock runs ahead cannot hide another node's later success, and the choice does
-    not depend on the order the files are read in."""
-    return is_trial(record), str(record.get("worker") or ""), str(record.get("finished_at") or "")
+    not depend on the order the files are read in. The writer id is the record's `worker` field."""
+    writer = str(record.get("worker") or "")
+    return is_trial(record), writer, str(record.get("finished_at") or "")
 
 
 def record_key(record: dict[str, Any]) -> RecordKey:
@@ -235,8 +236,8 @@ class RecordSet:
         return line_warnings(self.torn_lines, self.bad_lines)
 
 
-def metrics_files(root: Path) -> list[Path]:
-    return sorted(Path(root).rglob(METRICS_GLOB)) if Path(root).exists() else []
+def record_files(root: Path) -> list[Path]:
+    return sorted(Path(root).rglob(RECORD_FILE_GLOB)) if Path(root).exists() else []
 
 
 def read_records(paths: Iterable[Path]) -> RecordSet:
@@ -250,7 +251,7 @@ def read_records(paths: Iterable[Path]) -> RecordSet:
 
 def read_tree(root: Path) -> RecordSet:
     """All records under `root` (a run's eval_result, or one result dir)."""
-    return read_records(metrics_files(root))
+    return read_records(record_files(root))
 
 
 def _read_file(path: Path, result: RecordSet) -> Iterator[dict[str, Any]]:

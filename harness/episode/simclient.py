@@ -5,7 +5,7 @@ ACTION_SMOOTH/SMOOTH_ROT, FAKE_PROPRIO via harness.episode.actions.ChunkRunner) 
 success predicate holds after an executed action (any step: the episode stops there) or the task's
 step limit is reached. An episode whose success already holds before the policy's first action is
 no trial of the policy: it is recorded with `invalid` naming why (counted apart, never run again).
-One record per seed goes to this writer's own metrics file (none once the worker that started the
+One record per seed goes to this writer's own record file (none once the worker that started the
 client is stopped: its lease may be reaped). An exception in the simulator, or an error the policy
 server answers with, becomes an `error` record for that seed (not a trial) and the next seed runs;
 only a lost connection to the server stops the unit. A video that cannot be written never changes a
@@ -46,7 +46,7 @@ PROGRESS_EVERY_S = 0.5  # a step's progress write is skipped within this long of
 
 
 @dataclass
-class SimJob:
+class SimAssignment:
     """What one sim client run is asked to do: some seeds of one cell, and where to write."""
 
     run_dir: Path
@@ -91,13 +91,15 @@ def latency_ms(times_ms: list[float], q: float) -> float | None:
 
 
 class SimClient:
-    """Runs a job's seeds; `client` is a connected PolicyClient (hello not yet sent); `settings` are
+    """Runs a assignment's seeds; `client` is a connected PolicyClient (hello not yet sent); `settings` are
     the sim process's."""
 
-    def __init__(self, bench: Benchmark, client: PolicyClient, job: SimJob, settings: Settings) -> None:
-        self.bench, self.client, self.job, self.settings = bench, client, job, settings
+    def __init__(
+        self, bench: Benchmark, client: PolicyClient, assignment: SimAssignment, settings: Settings
+    ) -> None:
+        self.bench, self.client, self.assignment, self.settings = bench, client, assignment, settings
         self.bench_config = settings.bench_config
-        self.task_config = task_config_name(job.scene, self.bench_config)
+        self.task_config = task_config_name(assignment.scene, self.bench_config)
         self.record_video = settings.record_video
         self.server_spec: dict[str, Any] | None = None
         self.notes: list[str] = []  # things to report that do not change a record (a lost video)
@@ -109,27 +111,27 @@ class SimClient:
     def run(self, report: Any = print) -> list[dict[str, Any]]:
         records = []
         self._canary(report)
-        for seed in self.job.seeds:
+        for seed in self.assignment.seeds:
             if self._worker_stopped():
-                report(f"worker pid {self.job.worker_pid} is stopped: ending before seed {seed}")
+                report(f"worker pid {self.assignment.worker_pid} is stopped: ending before seed {seed}")
                 self.worker_stopped = True
                 break
             try:
                 record = self.run_seed(seed)
             except WorkerStopped:
                 report(
-                    f"worker pid {self.job.worker_pid} was stopped during seed {seed}: its result is not "
-                    "recorded (the unit's lease may have a new owner)"
+                    f"worker pid {self.assignment.worker_pid} was stopped during seed {seed}: its result is "
+                    "not recorded (the unit's lease may have a new owner)"
                 )
                 self.worker_stopped = True
                 break
             records.append(record)
             for note in self.notes:
-                report(f"{self.job.task} {self.task_config} seed {seed}: warning: {note}")
+                report(f"{self.assignment.task} {self.task_config} seed {seed}: warning: {note}")
             self.notes.clear()
             verdict = record["error"] or record.get("invalid") or ("success" if record["success"] else "fail")
             took = f"{record['steps']} steps, {record['wall_s']:.1f} s"
-            report(f"{self.job.task} {self.task_config} seed {seed}: {verdict} ({took})")
+            report(f"{self.assignment.task} {self.task_config} seed {seed}: {verdict} ({took})")
         return records
 
     def run_seed(self, seed: int) -> dict[str, Any]:
@@ -139,12 +141,12 @@ class SimClient:
         self._progress(seed, 0)
         episode: Episode | None = None
         try:
-            episode = self.bench.make_episode(self.job.task, self.bench_config, seed)
+            episode = self.bench.make_episode(self.assignment.task, self.bench_config, seed)
         except Exception as exc:  # the simulator could not build this seed: record it, move on
             error = _error_text(exc)
         timing.sim_s += time.monotonic() - started
         if self.server_spec is None:  # first episode: agree with the server (a mismatch ends the unit)
-            fallback = {"benchmark": self.settings.benchmark, "task": self.job.task}
+            fallback = {"benchmark": self.settings.benchmark, "task": self.assignment.task}
             self.server_spec = self.client.hello(dict(episode.spec) if episode is not None else fallback)
         video = VideoWriter(self._video_path(seed)) if self.record_video and episode is not None else None
         invalid = None
@@ -181,15 +183,15 @@ class SimClient:
         record["fingerprint"] = self._fingerprint()
         if self._worker_stopped():  # its lease may be reaped by now: this worker must commit nothing
             raise WorkerStopped(seed)
-        append_record(self._metrics_file(), record)
+        append_record(self._record_file(), record)
         return record
 
     def _canary(self, report: Any) -> None:
         """This process's canary of the run, once, before its first episode (`harness.episode.canary`):
         the run's first unit's first seed, no policy. A canary that cannot run says why and is skipped:
         the unit runs either way."""
-        key = str(Path(self.job.run_dir).resolve())
-        if key in canary.DONE or not RunDir(self.job.run_dir).manifest.exists():
+        key = str(Path(self.assignment.run_dir).resolve())
+        if key in canary.DONE or not RunDir(self.assignment.run_dir).manifest.exists():
             return
         canary.DONE.add(key)
         try:
@@ -197,7 +199,7 @@ class SimClient:
             from harness.config.plan import planned_seeds
             from harness.config.seedbank import bank_file, resolve_root
 
-            cell, seeds = next(iter(planned_seeds(self.job.run_dir).items()))  # the run's first unit
+            cell, seeds = next(iter(planned_seeds(self.assignment.run_dir).items()))  # the run's first unit
             seed = seeds[0]
             root = resolve_root(self.settings.seeds_root, str(bundle_root(os.environ)))
             traces = bank_file(root, cell, self.bench_config).with_suffix(".traces.npz")
@@ -207,7 +209,7 @@ class SimClient:
             try:
                 self._seed_started_at = time.time()
                 verdict = canary.run_canary(
-                    self.job.run_dir, episode, actions, cell.task, seed, fingerprint_id(sim_facts()),
+                    self.assignment.run_dir, episode, actions, cell.task, seed, fingerprint_id(sim_facts()),
                     on_step=lambda step: self._progress(None, step),
                 )  # fmt: skip
             finally:
@@ -221,7 +223,7 @@ class SimClient:
         """This node's fingerprint id (`harness.episode.nodeprint`), stored in the run once; one that
         cannot be read or stored is null and a warning, never a lost record."""
         try:
-            return self.nodeprint.id_for(self.job.run_dir, self.server_spec)
+            return self.nodeprint.id_for(self.assignment.run_dir, self.server_spec)
         except Exception as exc:
             self.notes.append(f"node fingerprint not recorded: {_error_text(exc)}")
             return None
@@ -229,7 +231,7 @@ class SimClient:
     def _worker_stopped(self) -> bool:
         """Whether the worker that started this client is stopped now. Checked just before a record
         is written: a worker found running has heartbeaten within LEASE_TTL, so its lease still holds."""
-        return self.job.worker_pid is not None and process_stopped(self.job.worker_pid)
+        return self.assignment.worker_pid is not None and process_stopped(self.assignment.worker_pid)
 
     def _episode(
         self, episode: Episode, seed: int, timing: Timing, video: VideoWriter | None
@@ -237,7 +239,7 @@ class SimClient:
         runner = ChunkRunner.from_settings(
             self.settings, episode.action_dim, getattr(episode, "smoothed_dims", None)
         )
-        self.client.reset(self.job.task, self.task_config, episode.instruction, seed)
+        self.client.reset(self.assignment.task, self.task_config, episode.instruction, seed)
         if video is not None:
             video.capture(episode.video_frame)
         steps = 0
@@ -273,33 +275,34 @@ class SimClient:
     ) -> dict[str, Any]:  # fmt: skip
         spec = self.server_spec or {}
         return {
-            "task": self.job.task, "scene": self.job.scene, "task_config": self.task_config,
+            "task": self.assignment.task, "scene": self.assignment.scene, "task_config": self.task_config,
             "seed": int(seed), "success": bool(success), "hard_success": bool(success and not collided),
             "error": error, "steps": steps, "wall_s": round(time.monotonic() - started, 3),
             "sim_s": round(timing.sim_s, 3), "model_s": round(timing.model_s, 3),
             "policy": spec.get("policy", ""), "ckpt": spec.get("ckpt", ""),
-            "host": socket.gethostname(), "worker": self.job.writer_id, "sim_version": self.bench.version,
+            "host": socket.gethostname(), "worker": self.assignment.writer_id,
+            "sim_version": self.bench.version,
             "contract": self.settings.contract or None, "video": video,
             "finished_at": now_iso_microseconds(),
         }  # fmt: skip
 
     def _result_dir(self) -> Path:
         spec = self.server_spec or {}
-        return RunDir(self.job.run_dir).result_dir(
-            self.job.task, spec.get("policy", ""), self.task_config, spec.get("ckpt", "")
+        return RunDir(self.assignment.run_dir).result_dir(
+            self.assignment.task, spec.get("policy", ""), self.task_config, spec.get("ckpt", "")
         )
 
     def _video_path(self, seed: int) -> Path:
         return self._result_dir() / "videos" / f"seed{seed}.mp4"
 
-    def _metrics_file(self) -> Path:
+    def _record_file(self) -> Path:
         spec = self.server_spec or {}
-        return RunDir(self.job.run_dir).metrics_file(
-            self.job.task,
+        return RunDir(self.assignment.run_dir).record_file(
+            self.assignment.task,
             spec.get("policy", ""),
             self.task_config,
             spec.get("ckpt", ""),
-            self.job.writer_id,
+            self.assignment.writer_id,
         )
 
     def _progress(self, seed: int | None, step: int) -> None:
@@ -307,9 +310,9 @@ class SimClient:
         a percent of a step, so step updates are throttled to PROGRESS_EVERY_S (the stall timeout is
         minutes); an episode's start (step 0) is always written, it names the seed that is running.
         `started_at` (epoch seconds, this host's clock) is when that seed's episode began: a worker
-        that kills the episode records its wall time from there, not the whole job's. The canary's
-        steps are written with no seed: a stall there is the unit's, and no seed's episode."""
-        path = self.job.progress_file
+        that kills the episode records its wall time from there, not the whole assignment's. The
+        canary's steps are written with no seed: a stall there is the unit's, and no seed's episode."""
+        path = self.assignment.progress_file
         now = time.monotonic()
         if path is None or (step and now - self._progress_at < PROGRESS_EVERY_S):
             return

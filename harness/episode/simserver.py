@@ -7,13 +7,13 @@ unit (`{"run_dir", "scene", "task", "seeds", "writer_id", "progress_file"}`), an
 unit ends, by one line `UNIT_END {"returncode": <the unit's status>, "pid": <pid>}` on stdout.
 Everything else on stdout is the unit's log. Stdin closed: the process exits 0.
 
-A unit runs as `run_job` runs it: the code check against the run's
+A unit runs as `run_assignment` runs it: the code check against the run's
 contract (a run dir whose run.yaml cannot be read is refused like a code mismatch: no episode runs
 outside a contract), a fresh connection to the model server, then `SimClient`. Only the benchmark object (and
 with it the imports, the render system and its kept envs, SIM_ENV_CACHE) outlives the unit. Before
-its first job the process warms the benchmark up (`warm_up`, where the adapter has one: ManiSkill
+its first assignment the process warms the benchmark up (`warm_up`, where the adapter has one: ManiSkill
 renders a first frame), which the worker overlaps with its model server's load; a warm-up that
-fails ends the process with NO_BENCHMARK before any job (this node cannot run the benchmark).
+fails ends the process with NO_BENCHMARK before any assignment (this node cannot run the benchmark).
 """
 
 from __future__ import annotations
@@ -32,41 +32,41 @@ from harness.config.policymap import load_policy_map
 from harness.config.settings import Settings
 from harness.episode.bench import Benchmark
 from harness.episode.external import ExternalPolicyClient
-from harness.episode.simclient import SimClient, SimJob
+from harness.episode.simclient import SimAssignment, SimClient
 from harness.process.failures import Refused
 from harness.wire.client import PolicyClient
 from harness.wire.errors import PeerClosed, WireError
 
 UNIT_END = "UNIT_END "  # the prefix of the answer line that ends a unit
 # A unit's statuses (its UNIT_END returncode; NO_BENCHMARK and CANNOT_START also the process's exit
-# status before any job), which the worker reads as a cause (harness/worker/faults.py): no model
-# server, a refused pairing or a malformed job; the server lost mid-unit; the benchmark or its
+# status before any assignment), which the worker reads as a cause (harness/worker/faults.py): no model
+# server, a refused pairing or a malformed assignment; the server lost mid-unit; the benchmark or its
 # renderer cannot start on this node; the worker was stopped (SIGSTOP) mid-unit, so the seed running
 # then and those after it have no record.
 CANNOT_START, LOST_SERVER, NO_BENCHMARK, WORKER_STOPPED = 2, 3, 4, 6
-JOB_FIELDS = ("run_dir", "scene", "task", "seeds", "writer_id")
+ASSIGNMENT_FIELDS = ("run_dir", "scene", "task", "seeds", "writer_id")
 
 
-def run_job(
-    settings: Settings, bench: Benchmark, job: SimJob, ready_file: Path, connect_timeout: float,
+def run_assignment(
+    settings: Settings, bench: Benchmark, assignment: SimAssignment, ready_file: Path, connect_timeout: float,
     report: Callable[[str], None], complain: Callable[[str], None] | None = None,
 ) -> int:  # fmt: skip
     """Run one unit against the model server found through `ready_file`; the unit's status.
     `report` gets each episode's line, `complain` (default: `report`) why the unit could not run."""
-    dial = partial(connect, settings, ready_file, connect_timeout, job.run_dir)
-    return run_job_via(settings, bench, job, dial, report, complain)
+    dial = partial(connect, settings, ready_file, connect_timeout, assignment.run_dir)
+    return run_assignment_via(settings, bench, assignment, dial, report, complain)
 
 
-def run_job_via(
-    settings: Settings, bench: Benchmark, job: SimJob,
+def run_assignment_via(
+    settings: Settings, bench: Benchmark, assignment: SimAssignment,
     connector: Callable[[], PolicyClient | ExternalPolicyClient],
     report: Callable[[str], None], complain: Callable[[str], None] | None = None,
 ) -> int:  # fmt: skip
-    """`run_job` with the connection made by `connector` (called after the code check; hello not
+    """`run_assignment` with the connection made by `connector` (called after the code check; hello not
     yet sent): the in-process debug mode passes one that hands over one end of a socketpair."""
     complain = complain or report
     try:  # reading run.yaml decides: a missing one is refused, never taken for "no contract"
-        check_code(job.run_dir)
+        check_code(assignment.run_dir)
     except (ContractMismatch, ManifestError) as exc:
         complain(f"eval_policy_client: refusing to run: {exc}")
         return CODE_REFUSED_EXIT
@@ -76,7 +76,7 @@ def run_job_via(
         complain(f"eval_policy_client: cannot start: {exc}")
         return CANNOT_START
     with client:
-        sim = SimClient(bench, client, job, settings)
+        sim = SimClient(bench, client, assignment, settings)
         try:
             sim.run(report=report)
         except (PeerClosed, ConnectionError, TimeoutError) as exc:
@@ -109,19 +109,21 @@ def external_client(settings: Settings, run_dir: Path) -> ExternalPolicyClient:
     return ExternalPolicyClient(settings.policy_server, mapping, settings, expect)
 
 
-def parse_job(line: str, worker_pid: int | None) -> SimJob:
-    """One job line → a SimJob; a malformed line is a ValueError naming what is wrong."""
+def parse_assignment(line: str, worker_pid: int | None) -> SimAssignment:
+    """One assignment line → a SimAssignment; a malformed line is a ValueError naming what is wrong."""
     try:
         raw: Any = json.loads(line)
     except ValueError as exc:
-        raise ValueError(f"job line is not JSON ({exc}): {line[:200]!r}") from None
-    if not isinstance(raw, dict) or (missing := [f for f in JOB_FIELDS if f not in raw]):
-        raise ValueError(f"job line lacks {', '.join(missing) if isinstance(raw, dict) else 'an object'}")
+        raise ValueError(f"assignment line is not JSON ({exc}): {line[:200]!r}") from None
+    if not isinstance(raw, dict) or (missing := [f for f in ASSIGNMENT_FIELDS if f not in raw]):
+        raise ValueError(
+            f"assignment line lacks {', '.join(missing) if isinstance(raw, dict) else 'an object'}"
+        )
     seeds = raw["seeds"]
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
-        raise ValueError(f"job line: seeds must be a non-empty list of integers, got {seeds!r}")
+        raise ValueError(f"assignment line: seeds must be a non-empty list of integers, got {seeds!r}")
     progress = raw.get("progress_file")
-    return SimJob(
+    return SimAssignment(
         Path(raw["run_dir"]), str(raw["scene"]), str(raw["task"]), seeds, str(raw["writer_id"]),
         Path(progress) if progress else None, worker_pid,
     )  # fmt: skip
@@ -148,10 +150,10 @@ def warm_up(bench: Benchmark, complain: Callable[[str], None]) -> bool:
 
 def serve(
     settings: Settings, bench: Benchmark, ready_file: Path, connect_timeout: float, worker_pid: int | None,
-    jobs: IO[str] = sys.stdin, out: IO[str] = sys.stdout,
+    assignments: IO[str] = sys.stdin, out: IO[str] = sys.stdout,
 ) -> int:  # fmt: skip
-    """Run each job line read from `jobs` as a unit and answer it; 0 when `jobs` ends, NO_BENCHMARK
-    (no job read) when the benchmark cannot warm up."""
+    """Run each assignment line read from `assignments` as a unit and answer it; 0 when `assignments`
+    ends, NO_BENCHMARK (no assignment read) when the benchmark cannot warm up."""
 
     def report(line: str) -> None:
         out.write(line + "\n")
@@ -159,14 +161,14 @@ def serve(
 
     if not warm_up(bench, lambda line: print(line, file=sys.stderr, flush=True)):
         return NO_BENCHMARK
-    for line in jobs:
+    for line in assignments:
         if not line.strip():
             continue
         try:
-            job = parse_job(line, worker_pid)
+            assignment = parse_assignment(line, worker_pid)
         except ValueError as exc:
             report(f"eval_policy_client: {exc}")
             answer(out, CANNOT_START)
             continue
-        answer(out, run_job(settings, bench, job, ready_file, connect_timeout, report))
+        answer(out, run_assignment(settings, bench, assignment, ready_file, connect_timeout, report))
     return 0

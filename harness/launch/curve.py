@@ -40,7 +40,7 @@ class TaskCall:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class CheckpointVerdict:
     """A checkpoint's paired ΔSR against the best earlier one (B = this, A = the best)."""
 
     best_step: int
@@ -78,7 +78,7 @@ class Point:
     checkpoint: str
     state: str  # done, todo (partial), dropped
     summary: Summary
-    verdict: Verdict | None  # None for the first checkpoint, or when nothing could be paired
+    verdict: CheckpointVerdict | None  # None for the first checkpoint, or when nothing could be paired
 
     def rates(self) -> list[tuple[str, Rate, Rate]]:
         """(name, SR, HSR) per task, then ("TOTAL", pooled SR, pooled HSR)."""
@@ -96,7 +96,7 @@ def _loaded(run: SeriesRun) -> tuple[LoadedRun, Summary] | None:
     return loaded, summarize(records, contract, adaptive)
 
 
-def _verdict(best: tuple[int, LoadedRun], this: LoadedRun) -> Verdict | None:
+def _verdict(best: tuple[int, LoadedRun], this: LoadedRun) -> CheckpointVerdict | None:
     try:
         comp = compare(best[1], this)
     except ResultsError:
@@ -111,7 +111,7 @@ def _verdict(best: tuple[int, LoadedRun], this: LoadedRun) -> Verdict | None:
     ):
         t_lo, t_hi = c.diff_interval("success") or (None, None)
         tasks[c.name] = TaskCall(c.diff("success"), t_lo, t_hi, call.test.p_value, call.p_holm, call.verdict)
-    return Verdict(
+    return CheckpointVerdict(
         best[0], len(cell.pairs), cell.diff("success"), lo, hi, test.p_value, test.b, test.c, tasks
     )
 

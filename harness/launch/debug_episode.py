@@ -5,7 +5,7 @@ the debug worker (`harness.launch.debug`, which runs the real worker here but it
 sim client as child processes). Here nothing is started: the policy is loaded in this process as the
 model server loads it (`load_policy`), the server's per-connection handler
 (`harness.model.server.serve_connection`) answers in a thread on one end of a `socket.socketpair()`,
-and the sim side's unit runner (`harness.episode.simserver.run_job_via`: the code check, the hello,
+and the sim side's unit runner (`harness.episode.simserver.run_assignment_via`: the code check, the hello,
 `SimClient`) runs in the calling thread on the other end. Real frames cross the real wire code, and
 the record goes to the run's results like any other (its own writer id, `inprocess`). It takes no
 lease: the run should not have a pool running on it at the same time.
@@ -32,8 +32,8 @@ from harness.config.contract import verify_environment
 from harness.config.rundir import RunDir
 from harness.config.settings import Settings
 from harness.episode.bench import load_benchmark
-from harness.episode.simclient import SimJob
-from harness.episode.simserver import run_job_via
+from harness.episode.simclient import SimAssignment
+from harness.episode.simserver import run_assignment_via
 from harness.launch.newrun import new_run
 from harness.model.policyload import LoadedPolicy, load_policy
 from harness.model.server import serve_connection
@@ -42,7 +42,7 @@ from harness.runqueue import run_units
 from harness.wire.client import PolicyClient
 from harness.worker.unit_records import missing_seeds
 
-WRITER_ID = "inprocess"  # names this mode's own metrics file
+WRITER_ID = "inprocess"  # names this mode's own record file
 DEBUG_IO_TIMEOUT_S = 24 * 3600.0  # the sim side's wait for a reply: the policy may sit at a breakpoint
 JOIN_TIMEOUT_S = 30.0  # the model thread ends when the sim side closes its end
 
@@ -128,11 +128,11 @@ def run_inprocess(
     report(f"in-process: {unit.scene} {unit.task} seed {chosen} ({policy.name}, this process only)")
     server = InProcessServer(policy, settings)
     try:
-        job = SimJob(run.root, unit.scene, unit.task, [chosen], WRITER_ID)
-        code = run_job_via(settings, bench, job, server.connect, report, complain)
+        assignment = SimAssignment(run.root, unit.scene, unit.task, [chosen], WRITER_ID)
+        code = run_assignment_via(settings, bench, assignment, server.connect, report, complain)
     finally:
         server.join()
     if code == 0:
-        metrics = run.metrics_file(unit.task, policy.name, unit.task_config, policy.ckpt, WRITER_ID)
-        report(f"record: {metrics}")
+        record_file = run.record_file(unit.task, policy.name, unit.task_config, policy.ckpt, WRITER_ID)
+        report(f"record: {record_file}")
     return code

@@ -1,4 +1,4 @@
-"""One checkpoint's eval as a background job: create the run, complete it with one pool, organize it.
+"""One checkpoint's eval as a background process: create the run, complete it with one pool, organize it.
 
 The process `harness.evaluate()` starts (`python -m harness.launch.evaljob RUN --queue Q --out DIR`),
 with the caller's knobs in its environment. It is the watcher's step for a single checkpoint: the

@@ -4,7 +4,7 @@ checkpoint on the pool, without waiting for it.
 Why a process and not a thread or an in-process loop: the eval must never stall or slow the trainer
 (LeRobot's in-process eval stops training while it runs). The call checks what it can at once (the
 checkpoint and the queue exist), then starts `harness.launch.evaljob` in the sim env as a background
-process in its own session, at a lower CPU priority (`niceness`), and returns. The job creates the
+process in its own session, at a lower CPU priority (`niceness`), and returns. The eval process creates the
 run (the same checks as new_run.py), runs it on a pool (LAUNCHER=local here, srun inside a Slurm
 allocation, submitit on Slurm: one job of `nodes` nodes), and writes its tables. The handle answers
 `done()`, `wait()`, `result()` (a pandas DataFrame of the per-task table: SR and HSR with their
@@ -69,7 +69,7 @@ class Evaluation:
         return self.proc.poll() is not None
 
     def wait(self, timeout: float | None = None) -> int:
-        """Wait for the job (TimeoutError after `timeout` s); its exit status."""
+        """Wait for the eval process (TimeoutError after `timeout` s); its exit status."""
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -111,7 +111,7 @@ class Evaluation:
         return list(read_tree(self.run_dir / "eval_result").records.values())
 
     def cancel(self) -> None:
-        """Stop the job and its pool (workers release their leases; re-running resumes)."""
+        """Stop the eval process and its pool (workers release their leases; re-running resumes)."""
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
 
@@ -144,8 +144,8 @@ def evaluate(
     `episodes` is EVAL_TEST_NUM (seeds per task), `benchmark` BENCHMARK, `policy` POLICY; every
     other knob comes from `knobs`, then the environment. `queue` defaults to the benchmark's queue
     file (seeds/maniskill_queue.txt for ManiSkill3). Raises EvaluateRefused at once when the
-    checkpoint or the queue does not exist, or a knob is refused; the rest is checked by the job and raised by
-    `result()`."""
+    checkpoint or the queue does not exist, or a knob is refused; the rest is checked by the eval
+    process and raised by `result()`."""
     env = dict(os.environ)
     env.update(knobs or {})
     ckpt = Path(ckpt_dir).resolve()

@@ -2,10 +2,10 @@
 `python -m harness.launch.leasectl {summary,list,reap,requeue} RUN`.
 
 summary   one line: units done / leased / pending / quarantined
-list      one line per unit (optionally only --state S): owner, heartbeat age, stale reason, crashes,
+list      one line per unit (optionally only --state S): owner, heartbeat age, stale reason, errored attempts,
           last error
 reap      reclaim dead leases now (the workers also do this on their own)
-requeue   forget the crash counts of the given units (or --quarantined: of every quarantined unit),
+requeue   forget the errored attempts of the given units (or --quarantined: of every quarantined unit),
           so they get CRASH_LIMIT new attempts
 
 RUN is a name under $RUNS_ROOT or a path containing '/'. Knobs (EVAL_TEST_NUM, UNIT_SEEDS,
@@ -24,7 +24,7 @@ from harness.config.rundir import RunDir
 from harness.config.settings import Settings
 from harness.process.failures import run_command
 from harness.queue import reaper
-from harness.queue.listing import CRASH, UnitState, scan
+from harness.queue.listing import ERRORED_ATTEMPT, UnitState, scan
 from harness.runqueue import open_queue, queue_states
 
 
@@ -46,14 +46,15 @@ def row(state: UnitState) -> str:
     age = f"{state.heartbeat_age:.0f}s" if state.heartbeat_age is not None else "-"
     who = f"{owner.get('worker', '-')}@{owner.get('host', '-')}" if state.state == "leased" else "-"
     error = (state.last_error or "").strip().replace("\n", " ")[:80]
-    return f"{state.key:40} {state.state:11} {who:30} {age:>6} {state.crashes:>3} {state.stale or ''} {error}"
+    tries = state.errored_attempts
+    return f"{state.key:40} {state.state:11} {who:30} {age:>6} {tries:>3} {state.stale or ''} {error}"
 
 
 def requeue(run: RunDir, keys: list[str]) -> int:
-    """Forget the crash records of `keys` and remove their quarantined lease dirs (which block claims)."""
+    """Forget the errored attempts of `keys` and remove their quarantined lease dirs (which block claims)."""
     removed = 0
     for name in scan(run.leases).names:
-        key, sep, n = name.rpartition(CRASH)
+        key, sep, n = name.rpartition(ERRORED_ATTEMPT)
         if sep and n.isdigit() and key in keys:
             (run.leases / name).unlink(missing_ok=True)
             removed += 1
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         unknown = set(keys) - {s.key for s in states}
         if unknown:
             raise SystemExit(f"leasectl: not units of {run.root}: {', '.join(sorted(unknown))}")
-        print(f"forgot {requeue(run, keys)} crash record(s) of {len(keys)} unit(s)")
+        print(f"forgot {requeue(run, keys)} errored attempt(s) of {len(keys)} unit(s)")
     return 0
 
 

@@ -208,20 +208,20 @@ def bank_complete(pair: Pair) -> bool:
 
 
 def run_pairs(
-    pairs: list[Pair], bench_spec: str, jobs: int, report: Callable[[str], None] = print
+    pairs: list[Pair], bench_spec: str, processes: int, report: Callable[[str], None] = print
 ) -> dict[tuple[str, str], list[int]]:
-    """Judge seeds over `jobs` processes until every pair has its bank; returns the accepted seeds."""
+    """Judge seeds over `processes` processes until every pair has its bank; returns its seeds."""
     todo = [p for p in pairs if not bank_complete(p)]
     banks = {(p.task, p.task_config): p.bank_file.read_text().split() for p in pairs if p not in todo}
     for pair in todo:
         load_scratch(pair)
     active, total = list(todo), sum(p.num for p in todo)
     running: dict[Future, Pair] = {}
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=processes, mp_context=get_context("spawn")) as pool:
         while True:
             _finish_ready(todo, banks, report)
             for pair in todo:
-                for seed in pair.take(2 * jobs - len(running)):
+                for seed in pair.take(2 * processes - len(running)):
                     running[pool.submit(judge_seed, bench_spec, pair.task, pair.bench_config, seed)] = pair
             if not running:
                 break

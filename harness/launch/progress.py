@@ -43,17 +43,21 @@ def planned_records(
     """Each planned (task, task_config, seed) with its latest record (or None), and the unit count."""
     records = read_tree(run.results).records
     plan = planned_seeds(run.root, manifest, env)
-    config = manifest.knobs["BENCH_CONFIG"]
+    bench_config = manifest.knobs["BENCH_CONFIG"]
     out: dict[tuple[str, str, int], dict[str, Any] | None] = {}
     for cell, seeds in plan.items():
-        tc = task_config_name(cell.scene, config)
-        out.update({(cell.task, tc, s): records.get((cell.task, tc, s)) for s in seeds})
+        task_config = task_config_name(cell.scene, bench_config)
+        out.update({(cell.task, task_config, s): records.get((cell.task, task_config, s)) for s in seeds})
     return out, len(plan)
 
 
 def progress(run: RunDir, manifest: Manifest, env: Mapping[str, str] = os.environ) -> Progress:
     found, units = planned_records(run, manifest, env)
-    missing_units = {(task, tc) for (task, tc, _), rec in found.items() if rec is None or rec.get("error")}
+    missing_units = {
+        (task, task_config)
+        for (task, task_config, _), rec in found.items()
+        if rec is None or rec.get("error")
+    }
     return Progress(
         units=units,
         units_done=units - len(missing_units),

@@ -89,8 +89,8 @@ class OpenpiSession:
         obs = openpi.unpackb(body, "observation frame")
         ctrl = obs.get("__ctrl__")
         if ctrl == "episode_start":
-            task, config = str(obs.get("__task__", "")), str(obs.get("__task_config__", ""))
-            self._start(task, config, obs.get("__episode_id__", 0), "")
+            task, task_config = str(obs.get("__task__", "")), str(obs.get("__task_config__", ""))
+            self._start(task, task_config, obs.get("__episode_id__", 0), "")
             return {"__ack__": "episode_start"}
         if ctrl is not None:
             return {"__ack__": "episode_end" if ctrl == "episode_end" else "ignored"}

@@ -2,7 +2,7 @@
 
 A wrapper is `policy/<name>/deploy_policy.py` + `deploy_policy.yml` (or any directory holding
 those two files). `get_model(usr_args)` loads it; per request `encode_obs(obs)` returns the keyword
-arguments of `model.generate_actions(...)`, which returns [B, num_actions, action_dim].
+arguments of `model.generate_actions(...)`, which returns [B, chunk_len, action_dim].
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class LoadedPolicy:
         state: SessionState | None = None,
         member: Member | None = None,
     ) -> np.ndarray:
-        """The action chunk [num_actions, action_dim] float32 for one observation, batched with
+        """The action chunk [chunk_len, action_dim] float32 for one observation, batched with
         other members' requests. The RNG seed's task and task_config come from obs["episode"]."""
         key = 0
         if self._seeded:
@@ -259,7 +259,7 @@ def load_policy(
     spec = {
         "policy": directory.name,
         "ckpt": Path(ckpt).name if ckpt else "",
-        "chunk_len": usr_args["num_actions"],
+        "chunk_len": usr_args["num_actions"],  # the yml setting `num_actions` is the chunk length
         "cameras": list(usr_args.get("cameras") or []),
     }
     if usr_args["action_dim"] != ANY:  # else each episode's observation says the sim's (`episode`)

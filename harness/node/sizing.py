@@ -10,8 +10,8 @@ run one simulator on a 64-core node. The rule, each input read from the allocati
 - with GPUs: WORKERS_PER_GPU workers per GPU (one model copy each); `SIMS_PER_WORKER=auto` stays
   the worker's measured choice (`harness.worker.slot_count`), bounded by the worker's share of the
   budget, passed to it as EVAL_WORKER_CORES.
-- without GPUs the model shares the sims' cores, so the budget is spent on workers of one slot each
-  (`CPU_WORKERS=auto`), or of SIMS_PER_WORKER slots when that is set.
+- without GPUs the model shares the sims' cores, so the budget is spent on workers of one sim slot each
+  (`CPU_WORKERS=auto`), or of SIMS_PER_WORKER sim slots when that is set.
 An explicit knob always wins, even over the budget (the line then says so).
 """
 
@@ -49,7 +49,7 @@ class Sizing:
     why: str  # the one log line: the choice and what it came from
 
 
-def gpu_slots(env: Mapping[str, str] = os.environ) -> list[str]:
+def visible_gpus(env: Mapping[str, str] = os.environ) -> list[str]:
     """GPU device ids this node task may use: Slurm's CUDA_VISIBLE_DEVICES, else nvidia-smi outside Slurm."""
     visible = env.get("CUDA_VISIBLE_DEVICES", "").strip()
     if visible and visible != "NoDevFiles":
@@ -104,7 +104,7 @@ def detect(
     if share.isdigit() and int(share) > 1:
         cores, cores_from = max(1, cores // int(share)), f"{cores_from} / {share} local nodes"
         mem_gib = None if mem_gib is None else mem_gib / int(share)
-    return NodeResources(cores, cores_from, gpu_slots(env), mem_gib, mem_from)
+    return NodeResources(cores, cores_from, visible_gpus(env), mem_gib, mem_from)
 
 
 def size_node(res: NodeResources, settings: Settings) -> Sizing:

@@ -4,7 +4,7 @@
 cold), install SIM_PIN into the staged sim env, refresh the code copy, prune the cache, and print the
 `export` lines that point the workers at the node-local copies. `plan`: one line `<worker-id>
 <cuda-devices or -> <SIMS_PER_WORKER> <cores>` per worker, sized by `harness.node.sizing` (one per
-GPU slot x WORKERS_PER_GPU, or CPU_WORKERS without GPUs; `auto` fills the allocation), and the
+GPU share, WORKERS_PER_GPU of each GPU, or CPU_WORKERS without GPUs; `auto` fills the allocation), and the
 sizing's one line on stderr.
 """
 

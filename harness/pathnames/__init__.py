@@ -16,7 +16,7 @@ _PATH_SAFE = frozenset(string.ascii_letters + string.digits + "._ -")
 
 
 def safe_key(text: str) -> str:
-    """A file-name-safe rendering of `text` (metrics file writer ids)."""
+    """A file-name-safe rendering of `text` (record file writer ids)."""
     return _KEY_UNSAFE.sub("-", text)
 
 

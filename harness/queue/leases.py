@@ -28,7 +28,7 @@ Every decision is the result of an atomic call (rename, exclusive create): on NF
 can be wrong for tens of seconds. A listing only proposes candidates; the claim's rename decides.
 `<gen>` is fresh per claim, so no name is ever reused for another owner; `harness.queue.reaper` says how
 staleness is judged and how reclaiming and fencing work. `rm -rf queue.txt.leases` recovers from
-any state: leases, done marks, crash counts and quarantines go, and resume (the records) tells
+any state: leases, done marks, errored attempts and quarantines go, and resume (the records) tells
 again what is left to run.
 """
 
@@ -50,7 +50,7 @@ from pathlib import Path
 from harness.queue import reaper
 from harness.queue.beacon import Beacon
 from harness.queue.lease import Heartbeat, Lease, write_once
-from harness.queue.listing import CRASH, DONE, scan
+from harness.queue.listing import DONE, ERRORED_ATTEMPT, scan
 from harness.queue.owner import namespace_tag, owner_record
 from harness.queue.units import Unit
 
@@ -96,7 +96,7 @@ class LeaseQueue:
         self.beacon = Beacon(self.root)
         self.rng = rng or random.Random(f"{worker_id}.{os.getpid()}.{time.time_ns()}")
         self.finished: set[str] = set()  # done or quarantined: never tried again
-        self.crashes: dict[str, int] = {}
+        self.errored_attempts: dict[str, int] = {}
         self._candidates: list[str] = []
         self._leased: set[str] = set()
         self._misses = 0
@@ -170,13 +170,13 @@ class LeaseQueue:
         return self._candidates.pop()
 
     def quarantined(self, key: str) -> bool:
-        return self.crashes.get(key, 0) >= self.crash_limit
+        return self.errored_attempts.get(key, 0) >= self.crash_limit
 
     def refresh(self) -> bool:
         """Re-list the queue; False when nothing is left to do."""
         listing = scan(self.root)
         reaper.sweep_tombs(self.root, listing.names, max_age_s=self.ttl + self.judge.skew)
-        self.crashes.update(listing.crashes)
+        self.errored_attempts.update(listing.errored_attempts)
         self.finished |= listing.done & self.units.keys()
         self.finished |= {key for key in self.units if self.quarantined(key)}
         self._leased = listing.leased & self.units.keys()
@@ -292,10 +292,10 @@ class LeaseQueue:
         """Count one errored attempt of the unit and release it; True if that reached CRASH_LIMIT
         (the unit is quarantined: never claimed again)."""
         key = lease.unit.key
-        n = self.crashes.get(key, 0) + 1
-        while not write_once(self.root / f"{key}{CRASH}{n}", error):
+        n = self.errored_attempts.get(key, 0) + 1
+        while not write_once(self.root / f"{key}{ERRORED_ATTEMPT}{n}", error):
             n += 1
-        self.crashes[key] = n
+        self.errored_attempts[key] = n
         self.heartbeat.discard(lease)
         if self.quarantined(key):
             lease.quarantine()  # the dir stays: a claim from a stale listing cannot succeed

@@ -16,7 +16,9 @@ from harness.queue import reaper
 from harness.queue.units import Unit
 
 DONE = ".done"
-CRASH = ".crash."
+ERRORED_ATTEMPT = (
+    ".crash."  # `<key>.crash.<n>`: the n-th errored attempt (the file name is kept for old runs)
+)
 
 
 @dataclass
@@ -25,7 +27,7 @@ class Listing:
 
     leased: set[str] = field(default_factory=set)
     done: set[str] = field(default_factory=set)
-    crashes: dict[str, int] = field(default_factory=dict)
+    errored_attempts: dict[str, int] = field(default_factory=dict)
     names: list[str] = field(default_factory=list)
 
 
@@ -41,10 +43,10 @@ def scan(root: Path) -> Listing:
             continue
         if name.endswith(DONE):
             listing.done.add(name[: -len(DONE)])
-        elif CRASH in name:
-            key, _, n = name.rpartition(CRASH)
+        elif ERRORED_ATTEMPT in name:
+            key, _, n = name.rpartition(ERRORED_ATTEMPT)
             if n.isdigit():
-                listing.crashes[key] = max(listing.crashes.get(key, 0), int(n))
+                listing.errored_attempts[key] = max(listing.errored_attempts.get(key, 0), int(n))
         else:
             present.add(name)
     listing.leased = present - listing.done
@@ -61,7 +63,7 @@ class UnitState:
     owner: dict[str, Any] | None = None
     heartbeat_age: float | None = None  # seconds since the owner's last heartbeat (server clock)
     stale: str | None = None  # why the reaper would reclaim it, if it would
-    crashes: int = 0
+    errored_attempts: int = 0
     last_error: str | None = None
 
 
@@ -74,12 +76,12 @@ def snapshot(root: Path, units: list[Unit], ttl_s: float, skew_s: float, crash_l
     states = []
     for unit in units:
         key = unit.key
-        state = UnitState(key, unit, "pending", crashes=listing.crashes.get(key, 0))
-        if state.crashes:
-            state.last_error = _read_text(root / f"{key}{CRASH}{state.crashes}")
+        state = UnitState(key, unit, "pending", errored_attempts=listing.errored_attempts.get(key, 0))
+        if state.errored_attempts:
+            state.last_error = _read_text(root / f"{key}{ERRORED_ATTEMPT}{state.errored_attempts}")
         if key in listing.done:
             state.state = "done"
-        elif state.crashes >= crash_limit:
+        elif state.errored_attempts >= crash_limit:
             state.state = "quarantined"
         elif key in listing.leased and (view := reaper.inspect(root, key, now)) is not None:
             state.state = "done" if view.done else "quarantined" if view.quarantined else "leased"

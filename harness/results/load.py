@@ -53,7 +53,7 @@ def load_run(run: RunDir) -> LoadedRun:
         raise ResultsError(f"run {run.root} has no episode records: no _metrics*.jsonl under {run.results}")
     if not loaded.records:
         raise ResultsError(
-            f"run {run.root} has {found.files} metrics file(s) but no readable episode record "
+            f"run {run.root} has {found.files} record file(s) but no readable episode record "
             f"({len(found.torn_lines)} torn, {len(found.bad_lines)} malformed lines)"
         )
     return loaded

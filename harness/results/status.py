@@ -162,7 +162,7 @@ def _throughput(status: Status, times: list[float], now: float) -> None:
 def _recent_errors(units: list[UnitState], errored: list[dict[str, Any]]) -> list[str]:
     lines = []
     for unit in [u for u in units if u.last_error][:RECENT_ERRORS]:
-        tag = "quarantined" if unit.state == "quarantined" else f"{unit.crashes} crash(es)"
+        tag = "quarantined" if unit.state == "quarantined" else f"{unit.errored_attempts} errored attempt(s)"
         lines.append(f"unit {unit.key} ({tag}): {str(unit.last_error).strip()[:200]}")
     errored.sort(key=lambda r: finished_time(r) or 0.0, reverse=True)
     lines += [

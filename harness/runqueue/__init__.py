@@ -35,8 +35,9 @@ def run_units(run: RunDir, seed_cost_s: Mapping[tuple[str, str], float] | None =
     costs = seed_cost_s or {}
     units: list[Unit] = []
     for cell, seeds in plan.items():
-        config = task_config_name(cell.scene, bench_config)
-        units += split(cell.scene, cell.task, config, seeds, unit_seeds, costs.get((cell.task, config), 0.0))
+        task_config = task_config_name(cell.scene, bench_config)
+        cost = costs.get((cell.task, task_config), 0.0)
+        units += split(cell.scene, cell.task, task_config, seeds, unit_seeds, cost)
     return units
 
 

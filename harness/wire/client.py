@@ -184,7 +184,7 @@ class PolicyClient:
         self._call(protocol.reset(task, task_config, instruction, int(seed)))
 
     def infer(self, obs: dict[str, Any], step: int) -> np.ndarray:
-        """The action chunk for `obs` at env step `step`: float32 [num_actions, action_dim]."""
+        """The action chunk for `obs` at env step `step`: float32 [chunk_len, action_dim]."""
         reply = self._call(protocol.infer(obs, int(step)))
         return protocol.as_chunk(reply.get("actions"), self.server_spec)
 

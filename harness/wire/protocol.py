@@ -121,7 +121,7 @@ def _size(value: Any) -> tuple[int, int]:
 
 
 def as_chunk(value: Any, spec: dict[str, Any]) -> np.ndarray:
-    """An action chunk from an infer reply: float32 [num_actions, action_dim], checked against the spec."""
+    """An action chunk from an infer reply: float32 [chunk_len, action_dim], checked against the spec."""
     if not isinstance(value, np.ndarray) or value.ndim != 2:
         raise WireError(
             f"infer reply: actions must be a 2-D array, got {getattr(value, 'shape', value)!r:.80}"

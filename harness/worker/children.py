@@ -88,25 +88,25 @@ class _Spawner:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], subprocess.Popen], Future]] = queue.SimpleQueue()
+        self._starts: queue.SimpleQueue[tuple[Callable[[], subprocess.Popen], Future]] = queue.SimpleQueue()
 
     def run(self, start: Callable[[], subprocess.Popen]) -> subprocess.Popen:
         """`start()`, run on the spawner thread; its result, or its exception raised here."""
         done: Future[subprocess.Popen] = Future()
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
-                self._jobs = queue.SimpleQueue()
+                self._starts = queue.SimpleQueue()
                 self._thread = threading.Thread(
-                    target=self._serve, args=(self._jobs,), name="spawner", daemon=True
+                    target=self._serve, args=(self._starts,), name="spawner", daemon=True
                 )
                 self._thread.start()
-            self._jobs.put((start, done))
+            self._starts.put((start, done))
         return done.result()
 
     @staticmethod
-    def _serve(jobs: queue.SimpleQueue[tuple[Callable[[], subprocess.Popen], Future]]) -> None:
+    def _serve(starts: queue.SimpleQueue[tuple[Callable[[], subprocess.Popen], Future]]) -> None:
         while True:  # never returns: its children would get their parent-death signal
-            start, done = jobs.get()
+            start, done = starts.get()
             try:
                 done.set_result(start())
             except BaseException as exc:  # the caller gets it (a missing program, a bad cwd)

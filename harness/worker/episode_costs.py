@@ -90,7 +90,7 @@ def seed_costs(run: RunDir) -> dict[Cell, float]:
     limits = manifest.info.get("step_limits") or {}
     rate = seconds_per_step(records) or PRIOR_STEP_S
     for cell in read_queue(run.queue):
-        config = task_config_name(cell.scene, manifest.knobs["BENCH_CONFIG"])
+        task_config = task_config_name(cell.scene, manifest.knobs["BENCH_CONFIG"])
         if isinstance(limits.get(cell.task), int):
-            costs.setdefault((cell.task, config), limits[cell.task] * rate)
+            costs.setdefault((cell.task, task_config), limits[cell.task] * rate)
     return costs

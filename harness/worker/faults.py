@@ -40,7 +40,7 @@ class Fault:
 
 
 def classify(outcome: SimOutcome, server_down: str | None) -> Fault | None:
-    """The fault of one sim job, None when the job ran to its end (its episodes may still have
+    """The fault of one sim assignment, None when the assignment ran to its end (its episodes may still have
     errored: that is the unit's, judged from the records). `server_down` says why the model server
     cannot serve now (None while it can): a stall while it does not answer is the server's."""
     said = f": {outcome.said}" if outcome.said else ""
@@ -65,7 +65,7 @@ def classify(outcome: SimOutcome, server_down: str | None) -> Fault | None:
 
 
 def of_attempt(fault: Fault | None, errored: int, server_died: bool) -> Fault:
-    """The fault of a failed attempt: its jobs' (a unit fault when they ran but `errored` seeds have
+    """The fault of a failed attempt: its assignments' (a unit fault when they ran but `errored` seeds have
     no trial), or the model server's when it died or was restarted meanwhile."""
     fault = fault or Fault(UNIT, f"{errored} seeds errored")
     if server_died and fault.cause != NODE:

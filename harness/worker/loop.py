@@ -1,7 +1,7 @@
 """The per-worker loop: one persistent model server, SIMS_PER_WORKER sim slots, each claiming ->
 running the missing seeds -> releasing.
 
-Started by `slurm/eval_worker.sh` (one per GPU slot, from the node script). The run dir is
+Started by `slurm/eval_worker.sh` (one per GPU share, from the node script). The run dir is
 $RUN_DIR, else $RUNS_ROOT/$STUDY_RUN. Each log line (stderr; the node script keeps it in
 `logs/worker-<id>.log`) names the unit and seed it is about. Each slot (harness/worker/sim_slot.py)
 has its own lease queue, progress file and persistent sim process; its claims prefer units of the
@@ -205,7 +205,7 @@ class Worker:
         try:
             return self.run_unit(slot, lease)
         except (ModelServerFailed, ContractMismatch):
-            slot.queue.mark(lease, done=False)  # not the unit's fault: no crash counted
+            slot.queue.mark(lease, done=False)  # not the unit's fault: no errored attempt counted
             raise
 
     def run_unit(self, slot: SimSlot, lease: Lease) -> list[dict]:
@@ -241,15 +241,15 @@ class Worker:
         cause does not, but counts towards this worker's breaker (which may stop it)."""
         unit, log = lease.unit, slot.log
         if fault.cause != faults.UNIT:
-            log(f"{fault}: retrying later, not a crash", unit)
+            log(f"{fault}: retrying later, not charged to the unit", unit)
             slot.queue.mark(lease, done=False)
             if self.server.starts - 1 >= MAX_SERVER_RESTARTS:
                 died = self.server.starts - 1
                 raise ModelServerFailed(f"model server died {died} times: see {self.server.log}")
         elif slot.queue.release_errored(lease, str(fault)):
-            log(f"quarantined after {slot.queue.crashes[unit.key]} errored attempts: {fault}", unit)
+            log(f"quarantined after {slot.queue.errored_attempts[unit.key]} errored attempts: {fault}", unit)
         else:
-            log(f"errored attempt {slot.queue.crashes[unit.key]}: {fault}", unit)
+            log(f"errored attempt {slot.queue.errored_attempts[unit.key]}: {fault}", unit)
         self.breaker.record(fault)
 
     def run_seeds(
@@ -260,13 +260,13 @@ class Worker:
         unit = lease.unit
         deadline = time.monotonic() + self.settings.per_task_timeout
         todo, fault = list(seeds), None
-        # a beat before each job: a worker resumed from a freeze learns at once that it lost the lease
+        # a beat before each assignment: a worker resumed from a freeze learns at once that it lost the lease
         while todo and not self.stop.is_set() and lease.beat():
             info = self.server.ensure(self.settings.model_start_timeout)
             started, since = time.monotonic(), now_iso_microseconds()
             stall = self.settings.stall_timeout
             outcome = slot.sim.run(
-                slot.job(self.run.root, unit, todo), slot.line_logger(unit), slot.progress,
+                slot.assignment(self.run.root, unit, todo), slot.line_logger(unit), slot.progress,
                 stall, deadline, [self.stop, lease.lost], peer_alive=self.server.alive,
             )  # fmt: skip
             if outcome.returncode == CODE_REFUSED_EXIT and outcome.killed is None:

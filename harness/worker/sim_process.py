@@ -1,7 +1,7 @@
 """A worker's long-lived sim process, given one unit at a time and watched for stalls, timeouts, fencing.
 
 The process (`eval_policy_client.py`, harness/episode/simserver.py) is started on the first
-unit and kept: imports and the renderer start once, not once per unit. Each unit is one job line
+unit and kept: imports and the renderer start once, not once per unit. Each unit is one assignment line
 on its stdin; its end is one `UNIT_END` line on its stdout. While a unit runs, the client replaces
 its progress file (`{"seed", "step"}`) at every step. A process whose progress file has not changed
 for STALL_TIMEOUT is killed; so is one still running at the unit's deadline, one whose lease was
@@ -91,7 +91,7 @@ class SimProcess:
 
     def run(
         self,
-        job: dict,
+        assignment: dict,
         on_line: Callable[[str], None],
         progress: Path,
         stall_s: float,
@@ -99,7 +99,7 @@ class SimProcess:
         cancel: list[threading.Event],
         peer_alive: Callable[[], bool] | None = None,
     ) -> SimOutcome:
-        """Run `job` (a unit: run_dir, scene, task, seeds, writer_id, progress_file) to its end,
+        """Run `assignment` (a unit: run_dir, scene, task, seeds, writer_id, progress_file) to its end,
         passing each line the process prints to `on_line`; kill the process on a stall, at
         `deadline` (monotonic), on any `cancel` event, or as soon as its peer (the model server) is
         dead: a client dialling a dead server's stale ready file would otherwise wait for the stall."""
@@ -108,7 +108,7 @@ class SimProcess:
         proc = self._ensure()
         try:
             assert proc.stdin is not None
-            proc.stdin.write((json.dumps(job) + "\n").encode())
+            proc.stdin.write((json.dumps(assignment) + "\n").encode())
             proc.stdin.flush()
         except OSError:  # it died between units: what it exited with is this unit's outcome
             returncode = self._reap(proc)

@@ -2,7 +2,7 @@
 
 A worker runs SIMS_PER_WORKER slots against its one model server. Each slot claims, heartbeats and
 releases its own leases (its own `LeaseQueue`, so a stalled slot loses only its own unit), writes
-its own metrics file (`writer_id`: no two writers ever append to one file) and is watched through
+its own record file (`writer_id`: no two writers ever append to one file) and is watched through
 its own progress file. Slot 0's writer id is the worker's id, so one slot is exactly the shape of a
 worker before slots existed.
 """
@@ -31,15 +31,15 @@ from harness.worker.worklog import WorkerLog
 SEED_IN_LINE = re.compile(r"\bseed (\d+)\b")
 
 
-def episode_wall_s(progress: Path, seed: int, job_wall_s: float) -> float:
+def episode_wall_s(progress: Path, seed: int, assignment_wall_s: float) -> float:
     """How long `seed`'s episode ran: from the `started_at` its progress file gives to now, within
-    the job's wall time (a clock step cannot stretch it). `job_wall_s` when the file names no start
-    of this seed: the episode never began, so the attempt's time is all the job's."""
+    the assignment's wall time (a clock step cannot stretch it). `assignment_wall_s` when the file
+    names no start of this seed: the episode never began, so the attempt's time is all the assignment's."""
     raw, named = read_progress(progress)
     started = json.loads(raw).get("started_at") if named == seed else None
     if not isinstance(started, int | float) or isinstance(started, bool):
-        return job_wall_s
-    return round(min(max(time.time() - started, 0.0), job_wall_s), 3)
+        return assignment_wall_s
+    return round(min(max(time.time() - started, 0.0), assignment_wall_s), 3)
 
 
 def writer_id(worker_id: str, index: int) -> str:
@@ -48,7 +48,7 @@ def writer_id(worker_id: str, index: int) -> str:
 
 
 def serve_argv(env: dict[str, str], ready_file: Path) -> list[str]:
-    """The persistent sim process: the sim client, given job lines on stdin."""
+    """The persistent sim process: the sim client, given assignment lines on stdin."""
     root = Path(env.get("EVAL_ROOT", "."))
     return [
         env.get("SIM_PY", sys.executable), str(root / "scripts" / "eval_policy_client.py"),
@@ -77,7 +77,7 @@ class SimSlot:
         info: dict, wall_s: float,
     ) -> str | None:  # fmt: skip
         """Log how the sim process ended `todo`; record the running episode as errored when it was
-        killed or exited mid-episode, with that episode's wall time (`wall_s` is the whole job's).
+        killed or exited mid-episode, with that episode's wall time (`wall_s` is the whole assignment's).
         What went wrong (None when the unit ran or was cancelled)."""
         if outcome.returncode == 0 and outcome.killed is None:
             self.log(f"sim client finished {len(todo)} seeds", unit)
@@ -110,8 +110,8 @@ class SimSlot:
 
         return relay
 
-    def job(self, run_dir: Path, unit: Unit, seeds: list[int]) -> dict:
-        """The job line of `seeds` of `unit` (harness/episode/simserver.py reads it)."""
+    def assignment(self, run_dir: Path, unit: Unit, seeds: list[int]) -> dict:
+        """The assignment line of `seeds` of `unit` (harness/episode/simserver.py reads it)."""
         return {
             "run_dir": str(run_dir), "scene": unit.scene, "task": unit.task, "seeds": list(seeds),
             "writer_id": self.writer_id, "progress_file": str(self.progress),

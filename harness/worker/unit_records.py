@@ -33,9 +33,9 @@ def seeds_written_since(
     run: RunDir, unit: Unit, info: dict, writer: str, since: str, seeds: list[int]
 ) -> set[int]:
     """Seeds of `seeds` that `writer` itself recorded at `since` or later: every line of its own
-    metrics file, not each seed's winning record. An older record of a writer id that sorts higher
+    record file, not each seed's winning record. An older record of a writer id that sorts higher
     (or an older trial of this writer) wins the seed, which then looked unattempted and ran again."""
-    path = run.metrics_file(unit.task, info["policy"], unit.task_config, info.get("ckpt", ""), writer)
+    path = run.record_file(unit.task, info["policy"], unit.task_config, info.get("ckpt", ""), writer)
     try:
         lines = path.read_bytes().split(b"\n")
     except FileNotFoundError:
@@ -54,14 +54,15 @@ def seeds_written_since(
 
 
 def errored_record(
-    unit: Unit, seed: int, error: str, info: dict, worker: str, wall_s: float, settings: Settings
+    unit: Unit, seed: int, error: str, info: dict, writer: str, wall_s: float, settings: Settings
 ) -> dict:
-    """The record of an episode the worker had to kill: counted apart, retried on a later pass."""
+    """The record of an episode the worker had to kill: counted apart, retried on a later pass.
+    `writer` is the writer id, stored in the record's `worker` field (its name in old records)."""
     return {
         "task": unit.task, "scene": unit.scene, "task_config": unit.task_config, "seed": seed,
         "success": False, "hard_success": False, "error": error, "steps": 0, "wall_s": wall_s,
         "sim_s": 0.0, "model_s": 0.0, "policy": info.get("policy", settings.policy),
-        "ckpt": info.get("ckpt", ""), "host": socket.gethostname(), "worker": worker, "sim_version": "",
+        "ckpt": info.get("ckpt", ""), "host": socket.gethostname(), "worker": writer, "sim_version": "",
         "contract": settings.contract, "video": None,
         "finished_at": now_iso_microseconds(),
     }  # fmt: skip
@@ -70,7 +71,7 @@ def errored_record(
 def record_errored(
     run: RunDir, unit: Unit, seed: int, error: str, info: dict, writer: str, wall_s: float, settings: Settings
 ) -> None:
-    """Append the errored record of `seed` to the worker's own metrics file of that result dir."""
+    """Append the errored record of `seed` to the writer's own record file of that result dir."""
     ckpt = info.get("ckpt", "")
-    path = run.metrics_file(unit.task, info["policy"], unit.task_config, ckpt, f"{writer}.worker")
+    path = run.record_file(unit.task, info["policy"], unit.task_config, ckpt, f"{writer}.worker")
     append_record(path, errored_record(unit, seed, error, info, writer, wall_s, settings))

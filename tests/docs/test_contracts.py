@@ -1,5 +1,5 @@
 """docs/contracts.md's checked tables against the code: stage ranks, record fields, wrapper functions
-and call arguments, wire message types and codecs, the sim process's job line, progress file and exit
+and call arguments, wire message types and codecs, the sim process's assignment line, progress file and exit
 statuses, the lease queue's settings and on-disk names."""
 
 from __future__ import annotations
@@ -58,10 +58,10 @@ def test_codecs_are_the_code_s() -> None:
     assert _table("Wire messages (`harness.wire.protocol`)", 1) == list(codecs.CODECS)
 
 
-def test_job_line_fields_are_the_code_s() -> None:
+def test_assignment_line_fields_are_the_code_s() -> None:
     documented = _table(SIM_CLIENT)
     required = [f for f in documented if f != "progress_file"]
-    assert tuple(required) == simserver.JOB_FIELDS
+    assert tuple(required) == simserver.ASSIGNMENT_FIELDS
     assert "progress_file" in documented
     assert '"progress_file"' in (ROOT / "harness/worker/sim_slot.py").read_text()
 
@@ -122,7 +122,9 @@ def test_progress_file_is_the_code_s(tmp_path: Path) -> None:
     path = tmp_path / "progress.json"
     path.write_text(example)
     assert read_progress(path)[1] == json.loads(example)["seed"]
-    writer = SimpleNamespace(job=SimpleNamespace(progress_file=path), _progress_at=0.0, _seed_started_at=1.0)
+    writer = SimpleNamespace(
+        assignment=SimpleNamespace(progress_file=path), _progress_at=0.0, _seed_started_at=1.0
+    )
     simclient.SimClient._progress(writer, 7, 0)  # an episode's start: always written
     assert json.loads(path.read_text()).keys() == json.loads(example).keys()
     assert f"`simclient.PROGRESS_EVERY_S` ({simclient.PROGRESS_EVERY_S:g} s)" in text

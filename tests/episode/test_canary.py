@@ -38,7 +38,7 @@ class Episode:
 ACTIONS = np.tile(np.array([[1.0, -0.5]], np.float32), (4, 1))
 
 
-def _canary(run: Path, fingerprint: str, **episode: Any) -> canary.Verdict:
+def _canary(run: Path, fingerprint: str, **episode: Any) -> canary.CanaryVerdict:
     return canary.run_canary(run, Episode(**episode), ACTIONS, "T", 0, fingerprint)
 
 

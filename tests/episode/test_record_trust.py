@@ -13,7 +13,7 @@ import pytest
 
 from harness.config.settings import Settings
 from harness.episode.records import RecordError, check_record, is_trial
-from harness.episode.simclient import SimClient, SimJob, latency_ms
+from harness.episode.simclient import SimAssignment, SimClient, latency_ms
 
 
 class Episode:
@@ -70,8 +70,10 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plan: dict[int, int | 
     monkeypatch.setenv("RECORD_VIDEO", "0")
     monkeypatch.setenv("BENCH_CONFIG", "clean")
     policy = Policy()
-    job = SimJob(tmp_path / "run", "table", "T", list(plan), "w1")
-    return SimClient(Bench(plan), policy, job, Settings.from_env(os.environ)).run(lambda line: None), policy
+    assignment = SimAssignment(tmp_path / "run", "table", "T", list(plan), "w1")
+    return SimClient(Bench(plan), policy, assignment, Settings.from_env(os.environ)).run(
+        lambda line: None
+    ), policy
 
 
 def test_nearest_rank_percentiles() -> None:

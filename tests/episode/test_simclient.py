@@ -16,7 +16,7 @@ import pytest
 from harness.config.rundir import RunDir
 from harness.config.settings import Settings
 from harness.episode.records import read_tree
-from harness.episode.simclient import SimClient, SimJob
+from harness.episode.simclient import SimAssignment, SimClient
 from harness.queue.owner import process_stopped
 from harness.wire.errors import RemoteError
 
@@ -97,7 +97,7 @@ def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[dict]
     monkeypatch.setenv("EVAL_CONTRACT", "abc123")
     plan = {0: (3, None), 1: (None, 3), 2: (None, None), 3: (1, None), 4: ("build", "fails"), 5: (1, None)}
     bench = ScriptedBench(plan)
-    unit = SimJob(tmp_path / "run", "table", "T", list(plan), "w7", tmp_path / "progress.json")
+    unit = SimAssignment(tmp_path / "run", "table", "T", list(plan), "w7", tmp_path / "progress.json")
     client = SimClient(bench, ScriptedPolicy(), unit, Settings.from_env(os.environ))
     return client.run(report=lambda line: None), tmp_path, bench
 
@@ -115,7 +115,7 @@ def test_one_record_per_seed_and_a_crash_does_not_stop_the_unit(records) -> None
     on_disk = read_tree(RunDir(tmp_path / "run").results).records
     assert len(on_disk) == 6
     assert all(r["contract"] == "abc123" and r["policy"] == "scripted" and r["ckpt"] == "c1" for r in recs)
-    path = RunDir(tmp_path / "run").metrics_file("T", "scripted", "table_clean", "c1", "w7")
+    path = RunDir(tmp_path / "run").record_file("T", "scripted", "table_clean", "c1", "w7")
     assert path.exists()
     progress = json.loads((tmp_path / "progress.json").read_text())
     assert (progress["seed"], progress["step"]) == (5, 0) and isinstance(progress["started_at"], float)
@@ -133,22 +133,22 @@ def test_a_video_failure_keeps_the_finished_trial(tmp_path: Path, monkeypatch: p
     monkeypatch.setenv("IMAGEIO_FFMPEG_EXE", "/bin/false")  # an encoder that fails every time
     bench = ScriptedBench({0: (3, None), 1: (None, None)})
     said: list[str] = []
-    job = SimJob(tmp_path / "run", "table", "T", [0, 1], "w7")
-    recs = SimClient(bench, ScriptedPolicy(), job, Settings.from_env(os.environ)).run(said.append)
+    assignment = SimAssignment(tmp_path / "run", "table", "T", [0, 1], "w7")
+    recs = SimClient(bench, ScriptedPolicy(), assignment, Settings.from_env(os.environ)).run(said.append)
     assert [(r["error"], r["success"], r["video"]) for r in recs] == [(None, True, None), (None, False, None)]
     assert any("seed 0: warning: video seed0.mp4 not written" in line for line in said)
     assert not list((tmp_path / "run").rglob("*.mp4"))
 
 
-def _video_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[SimClient, Path, list[str]]:
+def _video_assignment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[SimClient, Path, list[str]]:
     monkeypatch.setenv("RECORD_VIDEO", "1")
     monkeypatch.setenv("BENCH_CONFIG", "clean")
     said: list[str] = []
-    job = SimJob(tmp_path / "run", "table", "T", [0], "w7")
+    assignment = SimAssignment(tmp_path / "run", "table", "T", [0], "w7")
     result_dir = RunDir(tmp_path / "run").result_dir("T", "scripted", "table_clean", "c1")
     result_dir.mkdir(parents=True)
     return (
-        SimClient(ScriptedBench({0: (3, None)}), ScriptedPolicy(), job, Settings.from_env(os.environ)),
+        SimClient(ScriptedBench({0: (3, None)}), ScriptedPolicy(), assignment, Settings.from_env(os.environ)),
         result_dir,
         said,
     )
@@ -158,7 +158,7 @@ def test_a_videos_dir_that_cannot_be_made_keeps_the_trial(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 20, item 3: a success was recorded as error="FileExistsError...", steps 0."""
-    client, result_dir, said = _video_job(tmp_path, monkeypatch)
+    client, result_dir, said = _video_assignment(tmp_path, monkeypatch)
     (result_dir / "videos").write_text("not a dir")
     [rec] = client.run(said.append)
     assert (rec["error"], rec["success"], rec["steps"], rec["video"]) == (None, True, 3, None)
@@ -168,7 +168,7 @@ def test_a_videos_dir_that_cannot_be_made_keeps_the_trial(
 
 def test_a_failed_video_rename_keeps_the_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 20, item 3: the rename's OSError left the episode loop (and killed the persistent sim)."""
-    client, result_dir, said = _video_job(tmp_path, monkeypatch)
+    client, result_dir, said = _video_assignment(tmp_path, monkeypatch)
     (result_dir / "videos" / "seed0.mp4" / "taken").mkdir(parents=True)  # the final name is a busy dir
     [rec] = client.run(said.append)
     assert (rec["error"], rec["success"], rec["steps"], rec["video"]) == (None, True, 3, None)
@@ -209,10 +209,10 @@ def test_an_episode_that_ends_while_its_worker_is_stopped_is_not_recorded(
     worker = subprocess.Popen(["sleep", "60"])
     try:
         said: list[str] = []
-        job = SimJob(tmp_path / "run", "table", "T", [0, 1, 2], "w7", worker_pid=worker.pid)
-        recs = SimClient(StoppingBench(worker), ScriptedPolicy(), job, Settings.from_env(os.environ)).run(
-            said.append
-        )
+        assignment = SimAssignment(tmp_path / "run", "table", "T", [0, 1, 2], "w7", worker_pid=worker.pid)
+        recs = SimClient(
+            StoppingBench(worker), ScriptedPolicy(), assignment, Settings.from_env(os.environ)
+        ).run(said.append)
     finally:
         worker.kill()
         worker.wait()

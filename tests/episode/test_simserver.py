@@ -1,6 +1,6 @@
 """The persistent sim process (`eval_policy_client.py`) as a worker runs it: a real process
-given job lines, a real model server, a run created the proper way. What goes wrong with a unit's
-videos must never end the process: the next job must still be served by the same pid. A job in a
+given assignment lines, a real model server, a run created the proper way. What goes wrong with a unit's
+videos must never end the process: the next assignment must still be served by the same pid. A assignment in a
 run dir without its run.yaml is refused, never run outside a contract."""
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from harness.config.manifest import ManifestError
 from harness.config.rundir import RunDir
 from harness.config.settings import Settings
 from harness.episode.records import read_tree
-from harness.episode.simclient import SimJob
-from harness.episode.simserver import UNIT_END, external_client, run_job
+from harness.episode.simclient import SimAssignment
+from harness.episode.simserver import UNIT_END, external_client, run_assignment
 from support.fastbench import FastBench
 from support.poolkit import REPO, SLEEP_POLICY
 from support.wirekit import running_server
 
-ANSWER_S = 120  # generous: the process imports the harness and the benchmark before its first job
+ANSWER_S = 120  # generous: the process imports the harness and the benchmark before its first assignment
 
 DEFAULTS = Settings.from_env({})  # every knob at its default
 
@@ -51,10 +51,10 @@ class ServeProcess:
             self.lines.put(line.rstrip("\n"))
         self.lines.put(None)
 
-    def job(self, job: dict) -> dict:
-        """Send one job line; the answer of its UNIT_END line (the lines before it go to `said`)."""
+    def assignment(self, assignment: dict) -> dict:
+        """Send one assignment line; the answer of its UNIT_END line (the lines before it go to `said`)."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.write(json.dumps(assignment) + "\n")
         self.proc.stdin.flush()
         while True:
             line = self.lines.get(timeout=ANSWER_S)
@@ -79,7 +79,7 @@ def run(tmp_path: Path) -> RunDir:
     return RunDir(tmp_path / "run")
 
 
-def test_broken_videos_keep_the_trial_and_the_process_serves_the_next_job(
+def test_broken_videos_keep_the_trial_and_the_process_serves_the_next_assignment(
     run: RunDir, tmp_path: Path
 ) -> None:
     """Issue 20, item 3: a `videos` that is a file made a success an errored record; a final rename
@@ -93,13 +93,13 @@ def test_broken_videos_keep_the_trial_and_the_process_serves_the_next_job(
         os.environ, PYTHONPATH=str(REPO), EVAL_ROOT=str(REPO), BENCHMARK="tests.support.fastbench:FastBench",
         RECORD_VIDEO="1", BENCH_CONFIG="clean", FASTBENCH_STEPS="3", FASTBENCH_STEP_MS="1",
     )  # fmt: skip
-    job = {"run_dir": str(run.root), "scene": "table", "seeds": [1], "writer_id": "w0"}
+    assignment = {"run_dir": str(run.root), "scene": "table", "seeds": [1], "writer_id": "w0"}
     with running_server(tmp_path, SLEEP_POLICY):
         sim = ServeProcess(env, tmp_path / "ready.json")
         try:
-            first = sim.job({**job, "task": "A"})
-            second = sim.job({**job, "task": "B"})
-            third = sim.job({**job, "task": "B", "seeds": [2]})  # its video can be written
+            first = sim.assignment({**assignment, "task": "A"})
+            second = sim.assignment({**assignment, "task": "B"})
+            third = sim.assignment({**assignment, "task": "B", "seeds": [2]})  # its video can be written
             assert sim.close() == 0
         finally:
             if sim.proc.poll() is None:
@@ -115,12 +115,12 @@ def test_broken_videos_keep_the_trial_and_the_process_serves_the_next_job(
     assert records[("B", "table_clean", 2)]["video"] == "videos/seed2.mp4"
 
 
-def test_a_job_in_a_run_dir_without_its_manifest_is_refused(tmp_path: Path) -> None:
+def test_an_assignment_in_a_run_dir_without_its_manifest_is_refused(tmp_path: Path) -> None:
     """A missing run.yaml used to skip the sim client's code check (it ran outside any contract)."""
     (tmp_path / "queue.txt").write_text("table A\n")
     said: list[str] = []
-    job = SimJob(tmp_path, "table", "A", [1], "w0")
-    code = run_job(DEFAULTS, FastBench(), job, tmp_path / "no-server.json", 0.3, said.append)
+    assignment = SimAssignment(tmp_path, "table", "A", [1], "w0")
+    code = run_assignment(DEFAULTS, FastBench(), assignment, tmp_path / "no-server.json", 0.3, said.append)
     assert code == CODE_REFUSED_EXIT, said
     assert len(said) == 1 and "refusing to run" in said[0] and str(RunDir(tmp_path).manifest) in said[0]
     assert "scripts/new_run.py" in said[0]

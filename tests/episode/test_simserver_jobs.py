@@ -1,6 +1,6 @@
-"""The worker ⇄ sim process job protocol (`eval_policy_client.py`), through
-`harness.episode.simserver.serve` in this process: one JSON job line per unit, one UNIT_END answer
-line per job, a bad line answered with a clear error and the process kept. The real process, as a
+"""The worker ⇄ sim process assignment protocol (`eval_policy_client.py`), through
+`harness.episode.simserver.serve` in this process: one JSON assignment line per unit, one UNIT_END answer
+line per assignment, a bad line answered with a clear error and the process kept. The real process, as a
 worker runs it, is tests/episode/test_simserver.py's."""
 
 from __future__ import annotations
@@ -24,11 +24,17 @@ def _answers(out: str) -> list[dict]:
     return [json.loads(line[len(UNIT_END) :]) for line in out.splitlines() if line.startswith(UNIT_END)]
 
 
-def test_each_job_line_gets_one_answer_and_a_bad_line_is_named(tmp_path: Path) -> None:
+def test_each_assignment_line_gets_one_answer_and_a_bad_line_is_named(tmp_path: Path) -> None:
     (tmp_path / "queue.txt").write_text("s t\n")
     create_run(tmp_path, tmp_path / "queue.txt", {**os.environ, "USE_EVAL_SEEDS": "0"})  # a created run
-    job = {"run_dir": str(tmp_path), "scene": "s", "task": "t", "seeds": [0], "writer_id": "w"}
-    lines = ["not json", "", json.dumps({**job, "seeds": []}), json.dumps({"scene": "s"}), json.dumps(job)]
+    assignment = {"run_dir": str(tmp_path), "scene": "s", "task": "t", "seeds": [0], "writer_id": "w"}
+    lines = [
+        "not json",
+        "",
+        json.dumps({**assignment, "seeds": []}),
+        json.dumps({"scene": "s"}),
+        json.dumps(assignment),
+    ]
     out = io.StringIO()
     assert (
         serve(
@@ -37,11 +43,11 @@ def test_each_job_line_gets_one_answer_and_a_bad_line_is_named(tmp_path: Path) -
         == 0
     )
     text = out.getvalue()
-    assert [a["returncode"] for a in _answers(text)] == [2, 2, 2, 2]  # the blank line is no job
-    assert "job line is not JSON" in text
+    assert [a["returncode"] for a in _answers(text)] == [2, 2, 2, 2]  # the blank line is no assignment
+    assert "assignment line is not JSON" in text
     assert "seeds must be a non-empty list of integers, got []" in text
-    assert "job line lacks run_dir, task, seeds, writer_id" in text
-    assert "cannot start" in text and "no-server.json" in text  # the good job: no model server there
+    assert "assignment line lacks run_dir, task, seeds, writer_id" in text
+    assert "cannot start" in text and "no-server.json" in text  # the good assignment: no model server there
 
 
 class _Jobs(io.StringIO):
@@ -52,7 +58,7 @@ class _Jobs(io.StringIO):
         self.seen = seen
 
     def __iter__(self):
-        self.seen.append("first job read")
+        self.seen.append("first assignment read")
         return super().__iter__()
 
 
@@ -67,14 +73,14 @@ class _WarmBench(FastBench):
             raise RuntimeError("no Vulkan device")
 
 
-def test_the_benchmark_warms_up_before_the_first_job(tmp_path: Path, capsys) -> None:
+def test_the_benchmark_warms_up_before_the_first_assignment(tmp_path: Path, capsys) -> None:
     seen: list[str] = []
     out = io.StringIO()
     assert (
         serve(DEFAULTS, _WarmBench(seen), tmp_path / "none.json", 0.3, None, _Jobs("not json\n", seen), out)
         == 0
     )
-    assert seen == ["warm-up", "first job read"]
+    assert seen == ["warm-up", "first assignment read"]
     assert [a["returncode"] for a in _answers(out.getvalue())] == [2]
 
 
@@ -90,7 +96,7 @@ def test_a_failed_warm_up_ends_the_process_with_the_node_exit_status(tmp_path: P
     )
     said = capsys.readouterr().err
     assert "cannot start: the benchmark's warm-up failed: RuntimeError('no Vulkan device')" in said
-    assert seen == ["warm-up"] and _answers(out.getvalue()) == []  # no job read
+    assert seen == ["warm-up"] and _answers(out.getvalue()) == []  # no assignment read
 
 
 def test_the_worker_reads_the_sim_exit_statuses_the_sim_uses() -> None:

@@ -64,7 +64,7 @@ def _forbid_children(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _records(run: RunDir, task: str) -> list[dict]:
-    path = run.metrics_file(task, "hold", "s1_clean", "", WRITER_ID)
+    path = run.record_file(task, "hold", "s1_clean", "", WRITER_ID)
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.rundir import RunDir
-from harness.episode.records import check_record, metrics_files, read_tree, record_key
+from harness.episode.records import check_record, read_tree, record_files, record_key
 from harness.queue.listing import scan
 from harness.queue.units import Unit
 from harness.runqueue import run_units
@@ -115,7 +115,7 @@ class Pool:
 
 def finished(server: RunDir, units: list[str], crash_limit: int) -> set[str]:
     """Units whose lease dir holds their end state (done or quarantined), read on the server."""
-    crashes = scan(server.leases).crashes
+    crashes = scan(server.leases).errored_attempts
     out = set()
     for key in units:
         try:
@@ -262,7 +262,7 @@ def episode_running(worker_pid: int) -> int | None:
 def raw_records(server: RunDir) -> list[dict[str, Any]]:
     """Every whole, valid record line on the server, before dedup (a torn last line is left out)."""
     out = []
-    for path in metrics_files(server.results):
+    for path in record_files(server.results):
         for line in path.read_bytes().split(b"\n")[:-1]:  # the last piece has no newline: torn or empty
             with contextlib.suppress(ValueError):
                 record = json.loads(line)

@@ -225,7 +225,7 @@ def crashes(v: Views) -> dict[str, Any]:
         assert lease is not None, f"attempt {attempt}: could not claim {crashy.key}"
         facts["quarantined_after"].append(queue.release_errored(lease, f"boom {attempt}"))
     states = {s.unit.task: s for s in queue_states(v.mnt2, Settings.from_env(os.environ))}
-    facts["state_via_mnt2"] = {t: [s.state, s.crashes, s.last_error] for t, s in states.items()}
+    facts["state_via_mnt2"] = {t: [s.state, s.errored_attempts, s.last_error] for t, s in states.items()}
     late = stale.claim()  # its listing said 2 crashes: the claim itself must see the quarantine
     facts["stale_claim"] = late.unit.key if late else None
     if late:

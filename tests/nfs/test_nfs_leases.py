@@ -1,6 +1,6 @@
 """The lease queue on real kernel NFS, two client mounts acting as two nodes (nfs.lease_scenarios
 runs each case inside the guest): exclusive claims, heartbeats seen across mounts, reaping of dead
-and frozen owners and fencing, crash counting and quarantine, and a done unit's lease that a stale
+and frozen owners and fencing, errored-attempt counting and quarantine, and a done unit's lease that a stale
 name cache must not reap. The same properties on one local disk: tests/queue/test_leases.py."""
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ WHEELHOUSE = ROOT / "envs" / "wheelhouse"
 PIN = "sapien==3.0.2 setuptools<81"
 
 
-def test_plan_one_worker_per_gpu_slot_times_workers_per_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plan_one_worker_per_gpu_share_workers_per_gpu_of_each_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NODE_NAME", "nX")
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     monkeypatch.setenv("SLURM_CPUS_ON_NODE", "1")

@@ -62,12 +62,12 @@ def test_a_claimant_stalled_mid_claim_never_shares_the_unit(
 
 
 def test_a_quarantined_unit_cannot_be_claimed_from_a_stale_listing(tmp_path: Path) -> None:
-    """Item 2: A listed the unit while it had 2 crashes; B's third errored attempt quarantined it."""
+    """Item 2: A listed the unit while it had 2 errored attempts; B's third errored attempt quarantined it."""
     a, b = queue(tmp_path, "A"), queue(tmp_path, "B")
     for _ in range(2):
         lease = b.claim()
         assert lease is not None and not b.release_errored(lease, "boom")
-    assert a.refresh() and a._candidates == [UNIT.key]  # A's listing: pending, 2 crashes
+    assert a.refresh() and a._candidates == [UNIT.key]  # A's listing: pending, 2 errored attempts
     lease = b.claim()
     assert lease is not None and b.release_errored(lease, "boom")  # the 3rd: quarantined
     assert a.claim() is None  # A's stale candidate is refused by the claim itself

@@ -1,5 +1,5 @@
 """Lease queue semantics with real processes: exclusive claims, heartbeats, reaping, fencing,
-concurrent reapers, crash limit and quarantine, recovery by `rm -rf queue.txt.leases`."""
+concurrent reapers, errored-attempt limit and quarantine, recovery by `rm -rf queue.txt.leases`."""
 
 from __future__ import annotations
 
@@ -205,7 +205,7 @@ def test_crash_limit_quarantines_with_last_error(run: RunDir, tmp_path: Path) ->
         assert queue.release_errored(lease, f"boom {attempt}") == (attempt == 3)
     states = {s.unit.task: s for s in queue_states(run, Settings.from_env(os.environ))}
     assert states["crashy"].state == "quarantined"
-    assert states["crashy"].last_error == "boom 3" and states["crashy"].crashes == 3
+    assert states["crashy"].last_error == "boom 3" and states["crashy"].errored_attempts == 3
     assert states["fine"].state == "pending"
     queue = _queue(run, "last")
     lease = queue.claim()

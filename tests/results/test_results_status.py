@@ -130,7 +130,7 @@ def test_every_state(run: RunDir) -> None:
         text = _text(run)
         assert "units: 10  done 1  leased 2  pending 6  quarantined 1" in text
         assert "STALE: no heartbeat" in text and "alive" in text and "node9:4242" in text
-        assert "quarantined): model server died" in text and "1 crash(es)): stalled 300 s" in text
+        assert "quarantined): model server died" in text and "1 errored attempt(s)): stalled 300 s" in text
         assert f"seed {errored.seeds[0]} on node1: sapien crashed" in text
         assert not [n for n in os.listdir(run.leases) if n.startswith(".probe.")]
     finally:

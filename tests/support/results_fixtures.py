@@ -54,10 +54,10 @@ def record(
 def write_records(
     run: RunDir, records: list[dict[str, Any]], writer: str = "w0", videos: bool = True
 ) -> None:
-    """Append records to the writer's metrics file and give each a (tiny, fake) video file."""
+    """Append records to the writer's record file and give each a (tiny, fake) video file."""
     for rec in records:
         append_record(
-            run.metrics_file(rec["task"], rec["policy"], rec["task_config"], rec["ckpt"], writer), rec
+            run.record_file(rec["task"], rec["policy"], rec["task_config"], rec["ckpt"], writer), rec
         )
         if videos:
             video = run.result_dir(rec["task"], rec["policy"], rec["task_config"], rec["ckpt"]) / rec["video"]
@@ -66,8 +66,8 @@ def write_records(
 
 
 def append_raw(run: RunDir, task: str, task_config: str, text: str, writer: str = "w0") -> Path:
-    """Append raw text (e.g. a torn line) to a writer's metrics file."""
-    path = run.metrics_file(task, POLICY, task_config, CKPT, writer)
+    """Append raw text (e.g. a torn line) to a writer's record file."""
+    path = run.record_file(task, POLICY, task_config, CKPT, writer)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as handle:
         handle.write(text)
@@ -86,6 +86,6 @@ def dumps(rec: dict[str, Any]) -> str:
 
 
 def append_line(run: RunDir, task: str, task_config: str, text: str, writer: str = "w0") -> str:
-    """Append one whole (newline-terminated) line to a writer's metrics file; returns its "file:line"."""
+    """Append one whole (newline-terminated) line to a writer's record file; returns its "file:line"."""
     path = append_raw(run, task, task_config, text + "\n", writer)
     return f"{path}:{len(path.read_bytes().splitlines())}"

@@ -47,7 +47,7 @@ def _children(worker_pids: set[int]) -> dict[str, list[int]]:
 
 def _all_finished(run: RunDir, units: int) -> bool:
     listing = scan(run.leases)
-    quarantined = {key for key, n in listing.crashes.items() if n >= CRASH_LIMIT}
+    quarantined = {key for key, n in listing.errored_attempts.items() if n >= CRASH_LIMIT}
     return len(listing.done) + len(quarantined) >= units
 
 

@@ -30,13 +30,13 @@ def test_a_stalled_episode_is_recorded_with_its_own_wall_time(tmp_path: Path) ->
     [errored] = [r for r in lines if r["seed"] == 1]
     assert trial["error"] is None and errored["error"] == "stalled"
     # seed 1's episode started after seed 0's record was written: its wall time fits in the gap
-    gap = (datetime.fromisoformat(errored["finished_at"]) - datetime.fromisoformat(trial["finished_at"]))
+    gap = datetime.fromisoformat(errored["finished_at"]) - datetime.fromisoformat(trial["finished_at"])
     assert errored["wall_s"] <= gap.total_seconds() + 0.001, (errored["wall_s"], gap, trial["wall_s"])
     assert errored["wall_s"] >= STALL_S * 0.5  # the stalled episode's own time, not nothing
     assert read_tree(run.results).records[("t0", "s_clean", 1)]["error"] == "stalled"
 
 
-def test_the_wall_time_stays_within_the_job_and_needs_this_seeds_start(tmp_path: Path) -> None:
+def test_the_wall_time_stays_within_the_assignment_and_needs_this_seeds_start(tmp_path: Path) -> None:
     progress = tmp_path / "progress.json"
     progress.write_text(json.dumps({"seed": 4, "step": 7, "started_at": time.time() - 30}))
     assert 29 <= episode_wall_s(progress, 4, 100.0) <= 100.0

@@ -1,5 +1,5 @@
 """Fault attribution and the per-worker breaker (issue 20), as functions: which cause each way a sim
-job can end has, which causes a unit's crash count sees, when the breaker trips, and the health
+job can end has, which causes a unit's errored attempts count, when the breaker trips, and the health
 check that tells a hung external server from a slow episode."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from harness.worker.sim_process import SimOutcome
         (SimOutcome(-11, None, 0), None, UNIT),  # a segfault mid-episode: the unit's
     ],
 )
-def test_each_way_a_sim_job_ends_has_a_cause(
+def test_each_way_a_sim_assignment_ends_has_a_cause(
     outcome: SimOutcome, down: str | None, cause: str | None
 ) -> None:
     fault = classify(outcome, down)

@@ -24,7 +24,7 @@ def _run_worker(env: dict[str, str], worker_id: str, log: Path) -> int:
 
 
 def _seeds_run_by(run_root: Path, worker: str) -> list[int]:
-    """The seeds `worker` recorded, in the order it recorded them (its own metrics files)."""
+    """The seeds `worker` recorded, in the order it recorded them (its own record files)."""
     seeds = []
     for path in sorted(run_root.rglob(f"_metrics.{worker}.jsonl")):
         seeds += [json.loads(line)["seed"] for line in path.read_text().splitlines() if line.strip()]

@@ -38,7 +38,7 @@ def _run_worker(env: dict[str, str], log: Path, timeout: float) -> int:
 
 
 def _raw_records(run: RunDir) -> list[dict]:
-    """Every line of every metrics file (not only the latest per seed)."""
+    """Every line of every record file (not only the latest per seed)."""
     files = run.results.rglob("_metrics*.jsonl")
     return [json.loads(line) for path in files for line in path.read_text().splitlines()]
 

@@ -107,7 +107,7 @@ def test_a_model_server_death_mid_unit_is_not_an_attempt_of_the_unit(tmp_path: P
     # the server's cause either way: "died during the unit" once the worker sees its process gone,
     # "the sim client lost the model server" when the sim exits first (a loaded machine: the dying
     # server's socket closes before its process can be reaped)
-    assert re.search(r"unit=s__t0__0-3 model server: .*: retrying later, not a crash", log), log
+    assert re.search(r"unit=s__t0__0-3 model server: .*: retrying later, not charged to the unit", log), log
     assert "errored attempt" not in log, log
     assert not list(run.leases.glob("*.crash.*"))
 

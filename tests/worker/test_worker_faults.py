@@ -39,8 +39,8 @@ def _wait_worker(proc: subprocess.Popen, timeout: float) -> int | None:
 
 
 def _check_nothing_charged(run: RunDir) -> None:
-    """No crash counted, no unit quarantined or done, no lease left held (every one released)."""
-    assert not list(run.leases.glob("*.crash.*")), "a non-unit fault was counted as a crash"
+    """No errored attempt counted, no unit quarantined or done, no lease left held (every one released)."""
+    assert not list(run.leases.glob("*.crash.*")), "a non-unit fault was counted as an errored attempt"
     listing = scan(run.leases)
     assert not listing.done
     held = {name: os.listdir(run.leases / name) for name in listing.leased}
@@ -73,7 +73,7 @@ def _answers(port: int) -> bool:
 
 def test_a_units_own_fault_is_counted_and_its_crash_record_names_the_cause(tmp_path: Path) -> None:
     """The control: a unit whose episodes crash is the unit's fault, counted and quarantined, and
-    the quarantine reason (the crash record `status` shows) says so; the worker runs on (exit 0)."""
+    the quarantine reason (the errored attempt `status` shows) says so; the worker runs on (exit 0)."""
     run = make_run(tmp_path / "run", [("s", "ok"), ("s", "crashes")])
     env = pool_env(run, FASTBENCH_CRASH="crashes", CRASH_LIMIT="1", WORKER_FAULT_LIMIT="1")
     code = _wait_worker(start_worker(env, "w0", tmp_path / "w0.log"), 120)

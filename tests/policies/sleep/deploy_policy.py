@@ -47,7 +47,7 @@ def _stop_the_client() -> str:
     return pids[0]
 
 
-def _exit_once_the_client_has_its_job(pid: str) -> None:
+def _exit_once_the_client_has_its_assignment(pid: str) -> None:
     while not _stdin_pending(pid):
         time.sleep(0.005)
     subprocess.Popen(["sh", "-c", f"sleep 2; kill -CONT {pid}"], start_new_session=True)
@@ -90,7 +90,9 @@ def get_model(usr_args: dict[str, Any]) -> Sleeper:
             pass
         else:
             pid = _stop_the_client()
-            threading.Thread(target=_exit_once_the_client_has_its_job, args=(pid,), daemon=True).start()
+            threading.Thread(
+                target=_exit_once_the_client_has_its_assignment, args=(pid,), daemon=True
+            ).start()
     return Sleeper(usr_args)
 
 
