@@ -13,7 +13,10 @@ outside a contract), a fresh connection to the model server, then `SimClient`. O
 with it the imports, the render system and its kept envs, SIM_ENV_CACHE) outlives the unit. Before
 its first job the process warms the benchmark up (`warm_up`, where the adapter has one: ManiSkill
 renders a first frame), which the worker overlaps with its model server's load; a warm-up that
-fails ends the process with NO_BENCHMARK before any job (this node cannot run the benchmark).
+fails ends the process with NO_BENCHMARK before any job (this node cannot run the benchmark). A
+process started for one run (`--canary-run`, as a worker starts it) runs that run's canary
+(`harness.episode.canary`) in its warm-up too, after the run's code check, writing the progress file
+at each step; its line goes to the first unit's log. Its cost hides behind the model server's load.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -32,7 +36,7 @@ from harness.config.policymap import load_policy_map
 from harness.config.settings import Settings
 from harness.episode.bench import Benchmark
 from harness.episode.external import ExternalPolicyClient
-from harness.episode.simclient import SimClient, SimJob
+from harness.episode.simclient import SimClient, SimJob, run_canary_once
 from harness.process.failures import Refused
 from harness.wire.client import PolicyClient
 from harness.wire.errors import PeerClosed, WireError
@@ -146,12 +150,37 @@ def warm_up(bench: Benchmark, complain: Callable[[str], None]) -> bool:
     return True
 
 
+def warm_canary(
+    settings: Settings, bench: Benchmark, run_dir: Path, progress_file: Path | None,
+    said: Callable[[str], None],
+) -> None:  # fmt: skip
+    """The run's canary in the warm-up, before any job (`run_canary_once`): only once the run's code
+    check passes (a refused run runs nothing, its first job says why). Each step replaces the
+    progress file, as the sim client's canary does: the worker's stall watch sees it move."""
+    try:
+        check_code(run_dir)
+    except (ContractMismatch, ManifestError):
+        return  # the first job is refused, and says why
+    started = time.time()
+
+    def on_step(step: int) -> None:
+        if progress_file is None:
+            return
+        tmp = progress_file.with_name(progress_file.name + ".tmp")
+        tmp.write_text(json.dumps({"seed": None, "step": int(step), "started_at": started}))
+        tmp.replace(progress_file)
+
+    run_canary_once(bench, settings, run_dir, said, on_step=on_step)
+
+
 def serve(
     settings: Settings, bench: Benchmark, ready_file: Path, connect_timeout: float, worker_pid: int | None,
-    jobs: IO[str] = sys.stdin, out: IO[str] = sys.stdout,
+    jobs: IO[str] = sys.stdin, out: IO[str] = sys.stdout, canary_run: Path | None = None,
+    progress_file: Path | None = None,
 ) -> int:  # fmt: skip
     """Run each job line read from `jobs` as a unit and answer it; 0 when `jobs` ends, NO_BENCHMARK
-    (no job read) when the benchmark cannot warm up."""
+    (no job read) when the benchmark cannot warm up. With `canary_run`, that run's canary runs in the
+    warm-up (`warm_canary`); what it said is reported at the first job (a line before it is lost)."""
 
     def report(line: str) -> None:
         out.write(line + "\n")
@@ -159,9 +188,15 @@ def serve(
 
     if not warm_up(bench, lambda line: print(line, file=sys.stderr, flush=True)):
         return NO_BENCHMARK
+    early: list[str] = []
+    if canary_run is not None:
+        warm_canary(settings, bench, canary_run, progress_file, early.append)
     for line in jobs:
         if not line.strip():
             continue
+        for said in early:
+            report(said)
+        early.clear()
         try:
             job = parse_job(line, worker_pid)
         except ValueError as exc:
