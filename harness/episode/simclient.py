@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.config.knobs import get_bool
 from harness.config.rundir import RunDir, task_config_name
 from harness.config.settings import Settings
 from harness.episode import canary
@@ -308,9 +309,9 @@ def run_canary_once(
 ) -> None:
     """This process's canary of the run `run_dir`, once (`harness.episode.canary`): the run's first
     unit's first seed, no policy; `on_step` is told each step (the progress file). A canary that
-    cannot run says why and is skipped: the unit runs either way."""
+    cannot run says why and is skipped: the unit runs either way. CANARY=0: none."""
     key = str(Path(run_dir).resolve())
-    if key in canary.DONE or not RunDir(run_dir).manifest.exists():
+    if not get_bool("CANARY") or key in canary.DONE or not RunDir(run_dir).manifest.exists():
         return
     canary.DONE.add(key)
     try:

@@ -1,0 +1,113 @@
+"""What the canary adds to a worker's time to its first finished episode (issue 59's target: ≤ 5%).
+
+Each sample is a fresh one-worker pool (`scripts/eval_one_worker.py`: run creation, the model
+server, the sim process, the worker) on its own new run over `--queue` (default ManiSkill PickCube
+then PushCube, POLICY=replay, EVAL_TEST_NUM=1), with the canary (CANARY=1, the default) or without
+it (CANARY=0). Its time to first finished episode runs from the pool's start to the earliest record's
+`finished_at`. The kinds take turns, so load from elsewhere hits both alike; each sample prints the
+1-minute load average at its start and the canary's own line from the worker's log.
+
+Last line: `first_episode_canary_s=<median> first_episode_none_s=<median> ratio=<canary / none>
+added_pct=<(ratio - 1) * 100> canary_s=<median canary time logged> load=<median load average>`.
+
+Example:
+  source env.sh && $SIM_PY benchmarks/canary_cost.py --samples 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CANARY_LINE = re.compile(r"canary (\S+) seed \d+: .*\((\d+(?:\.\d+)?) s\)")
+
+
+def first_finished(run: Path) -> tuple[float, str] | None:
+    """(epoch seconds, task) of the run's earliest record."""
+    found = []
+    for path in (run / "eval_result").rglob("_metrics*.jsonl"):
+        for line in path.read_text().splitlines():
+            if line.strip().endswith("}"):
+                record = json.loads(line)
+                found.append((datetime.fromisoformat(record["finished_at"]).timestamp(), record["task"]))
+    return min(found) if found else None
+
+
+def sample(tmp: Path, name: str, canary: bool, queue: Path, test_num: int) -> tuple[float, float | None, str]:
+    """(seconds to the first finished episode, the canary's logged seconds, the first task)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), EVAL_ROOT=str(ROOT), BUNDLE=str(ROOT), RUNS_ROOT=str(tmp))
+    env.update(POLICY="replay", EVAL_TEST_NUM=str(test_num), RECORD_VIDEO="0", CANARY="1" if canary else "0")
+    env.setdefault("MODEL_PY", str(ROOT / "envs" / "model" / "bin" / "python"))
+    env.setdefault("SIM_PY", sys.executable)
+    argv = [
+        sys.executable,
+        str(ROOT / "scripts" / "eval_one_worker.py"),
+        "--run",
+        name,
+        "--queue",
+        str(queue),
+    ]
+    started = time.time()
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise SystemExit(f"{name}: exit {done.returncode}\n{done.stdout[-2000:]}{done.stderr[-4000:]}")
+    first = first_finished(tmp / name)
+    if first is None:
+        raise SystemExit(f"{name}: no record\n{done.stderr[-4000:]}")
+    said = CANARY_LINE.search(done.stderr)
+    if canary and said is None:
+        raise SystemExit(f"{name}: the canary said nothing\n{done.stderr[-4000:]}")
+    return first[0] - started, float(said.group(2)) if said else None, first[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--samples", type=int, default=2, help="pools of each kind (default 2)")
+    parser.add_argument("--queue-text", default="table PickCube\ntable PushCube\n", help="the queue's lines")
+    parser.add_argument("--test-num", type=int, default=1, help="EVAL_TEST_NUM (default 1)")
+    args = parser.parse_args()
+    times: dict[str, list[float]] = {"canary": [], "none": []}
+    canary_s: list[float] = []
+    loads: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="canary-cost-") as tmp:
+        queue = Path(tmp) / "queue.txt"
+        queue.write_text(args.queue_text)
+        for index in range(args.samples):
+            for kind in times:
+                load = os.getloadavg()[0]
+                loads.append(load)
+                took, logged, task = sample(
+                    Path(tmp), f"{kind}{index}", kind == "canary", queue, args.test_num
+                )
+                times[kind].append(took)
+                if logged is not None:
+                    canary_s.append(logged)
+                canary = f", canary {logged:.1f} s" if logged is not None else ""
+                print(
+                    f"sample {index + 1}/{args.samples} {kind:>6}: first finished episode ({task}) at "
+                    f"{took:5.1f} s{canary} (load {load:.1f})",
+                    flush=True,
+                )
+    with_canary, without = statistics.median(times["canary"]), statistics.median(times["none"])
+    ratio = with_canary / without
+    print(
+        f"first_episode_canary_s={with_canary:.1f} first_episode_none_s={without:.1f} ratio={ratio:.3f} "
+        f"added_pct={(ratio - 1) * 100:.1f} canary_s={statistics.median(canary_s or [0.0]):.1f} "
+        f"load={statistics.median(loads):.1f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
