@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from harness.config.knobs import get_bool
 from harness.config.rundir import RunDir, task_config_name
 from harness.config.settings import Settings
 from harness.episode import canary
@@ -311,7 +310,7 @@ def run_canary_once(
     unit's first seed, no policy; `on_step` is told each step (the progress file). A canary that
     cannot run says why and is skipped: the unit runs either way. CANARY=0: none."""
     key = str(Path(run_dir).resolve())
-    if not get_bool("CANARY") or key in canary.DONE or not RunDir(run_dir).manifest.exists():
+    if not settings.canary or key in canary.DONE or not RunDir(run_dir).manifest.exists():
         return
     canary.DONE.add(key)
     try:
