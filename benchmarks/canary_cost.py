@@ -30,6 +30,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CANARY_LINE = re.compile(r"canary (\S+) seed \d+: .*\((\d+(?:\.\d+)?) s\)")
+STAMP = re.compile(r"^(\S+) worker=\S+ (?:sim process pid \d+ started|model server pid \d+ loaded)", re.M)
+
+
+def model_load_s(log: str) -> float | None:
+    """Seconds from the sim process's start to the model server's ready line (1 s resolution): what
+    the sim process's warm-up, and the canary in it, can hide behind."""
+    stamps = [datetime.fromisoformat(m.group(1)).timestamp() for m in STAMP.finditer(log)]
+    return stamps[1] - stamps[0] if len(stamps) >= 2 else None
 
 
 def first_finished(run: Path) -> tuple[float, str] | None:
@@ -43,8 +51,11 @@ def first_finished(run: Path) -> tuple[float, str] | None:
     return min(found) if found else None
 
 
-def sample(tmp: Path, name: str, canary: bool, queue: Path, test_num: int) -> tuple[float, float | None, str]:
-    """(seconds to the first finished episode, the canary's logged seconds, the first task)."""
+def sample(
+    tmp: Path, name: str, canary: bool, queue: Path, test_num: int
+) -> tuple[float, float | None, str, float | None]:
+    """(seconds to the first finished episode, the canary's logged seconds, the first task, the
+    model server's load in seconds)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), EVAL_ROOT=str(ROOT), BUNDLE=str(ROOT), RUNS_ROOT=str(tmp))
     env.update(POLICY="replay", EVAL_TEST_NUM=str(test_num), RECORD_VIDEO="0", CANARY="1" if canary else "0")
     env.setdefault("MODEL_PY", str(ROOT / "envs" / "model" / "bin" / "python"))
@@ -67,7 +78,7 @@ def sample(tmp: Path, name: str, canary: bool, queue: Path, test_num: int) -> tu
     said = CANARY_LINE.search(done.stderr)
     if canary and said is None:
         raise SystemExit(f"{name}: the canary said nothing\n{done.stderr[-4000:]}")
-    return first[0] - started, float(said.group(2)) if said else None, first[1]
+    return first[0] - started, float(said.group(2)) if said else None, first[1], model_load_s(done.stderr)
 
 
 def main() -> None:
@@ -88,13 +99,18 @@ def main() -> None:
             for kind in times:
                 load = os.getloadavg()[0]
                 loads.append(load)
-                took, logged, task = sample(
+                took, logged, task, model_s = sample(
                     Path(tmp), f"{kind}{index}", kind == "canary", queue, args.test_num
                 )
                 times[kind].append(took)
                 if logged is not None:
                     canary_s.append(logged)
                 canary = f", canary {logged:.1f} s" if logged is not None else ""
+                canary += (
+                    f", model server ready {model_s:.0f} s after the sim process started"
+                    if model_s is not None
+                    else ""
+                )
                 print(
                     f"sample {index + 1}/{args.samples} {kind:>6}: first finished episode ({task}) at "
                     f"{took:5.1f} s{canary} (load {load:.1f})",
