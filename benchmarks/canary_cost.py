@@ -2,16 +2,19 @@
 
 Each sample is a fresh one-worker pool (`scripts/eval_one_worker.py`: run creation, the model
 server, the sim process, the worker) on its own new run over `--queue` (default ManiSkill PickCube
-then PushCube, POLICY=replay, EVAL_TEST_NUM=1), with the canary (CANARY=1, the default) or without
+then PushCube, POLICY=replay or --policy, EVAL_TEST_NUM=1), with the canary (CANARY=1, the default) or without
 it (CANARY=0). Its time to first finished episode runs from the pool's start to the earliest record's
 `finished_at`. The kinds take turns, so load from elsewhere hits both alike; each sample prints the
-1-minute load average at its start and the canary's own line from the worker's log.
+1-minute load average at its start, the canary's own time from the worker's log, and when the model
+server was ready (the canary runs in the sim process's warm-up: it hides behind the model server's
+load only as far as that load outlasts the warm-up).
 
 Last line: `first_episode_canary_s=<median> first_episode_none_s=<median> ratio=<canary / none>
 added_pct=<(ratio - 1) * 100> canary_s=<median canary time logged> load=<median load average>`.
 
 Example:
   source env.sh && $SIM_PY benchmarks/canary_cost.py --samples 2
+  source env.sh && $SIM_PY benchmarks/canary_cost.py --samples 2 --policy reference --ckpt reference
 """
 
 from __future__ import annotations
@@ -52,12 +55,18 @@ def first_finished(run: Path) -> tuple[float, str] | None:
 
 
 def sample(
-    tmp: Path, name: str, canary: bool, queue: Path, test_num: int
+    tmp: Path, name: str, canary: bool, queue: Path, test_num: int, policy: str, ckpt: str
 ) -> tuple[float, float | None, str, float | None]:
     """(seconds to the first finished episode, the canary's logged seconds, the first task, the
     model server's load in seconds)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), EVAL_ROOT=str(ROOT), BUNDLE=str(ROOT), RUNS_ROOT=str(tmp))
-    env.update(POLICY="replay", EVAL_TEST_NUM=str(test_num), RECORD_VIDEO="0", CANARY="1" if canary else "0")
+    env.update(
+        POLICY=policy,
+        CKPT_NAME=ckpt,
+        EVAL_TEST_NUM=str(test_num),
+        RECORD_VIDEO="0",
+        CANARY="1" if canary else "0",
+    )
     env.setdefault("MODEL_PY", str(ROOT / "envs" / "model" / "bin" / "python"))
     env.setdefault("SIM_PY", sys.executable)
     argv = [
@@ -87,6 +96,10 @@ def main() -> None:
     )
     parser.add_argument("--samples", type=int, default=2, help="pools of each kind (default 2)")
     parser.add_argument("--queue-text", default="table PickCube\ntable PushCube\n", help="the queue's lines")
+    parser.add_argument(
+        "--policy", default="replay", help="POLICY (default replay: its server loads in ~1 s)"
+    )
+    parser.add_argument("--ckpt", default="", help="CKPT_NAME (e.g. reference, with --policy reference)")
     parser.add_argument("--test-num", type=int, default=1, help="EVAL_TEST_NUM (default 1)")
     args = parser.parse_args()
     times: dict[str, list[float]] = {"canary": [], "none": []}
@@ -100,7 +113,13 @@ def main() -> None:
                 load = os.getloadavg()[0]
                 loads.append(load)
                 took, logged, task, model_s = sample(
-                    Path(tmp), f"{kind}{index}", kind == "canary", queue, args.test_num
+                    Path(tmp),
+                    f"{kind}{index}",
+                    kind == "canary",
+                    queue,
+                    args.test_num,
+                    args.policy,
+                    args.ckpt,
                 )
                 times[kind].append(took)
                 if logged is not None:
