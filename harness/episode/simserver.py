@@ -16,7 +16,8 @@ renders a first frame), which the worker overlaps with its model server's load; 
 fails ends the process with NO_BENCHMARK before any job (this node cannot run the benchmark). A
 process started for one run (`--canary-run`, as a worker starts it) runs that run's canary
 (`harness.episode.canary`) in its warm-up too, after the run's code check, writing the progress file
-at each step; its line goes to the first unit's log. Its cost hides behind the model server's load.
+at each step; its line goes to the first unit's log. It hides behind the model server's load as far
+as that load outlasts the warm-up (docs/trust.md, "Measured here").
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ def warm_canary(
     progress file, as the sim client's canary does: the worker's stall watch sees it move."""
     try:
         check_code(run_dir)
-    except (ContractMismatch, ManifestError):
+    except Exception:  # ContractMismatch, ManifestError, an unreadable run dir: no canary here
         return  # the first job is refused, and says why
     started = time.time()
 
