@@ -15,6 +15,7 @@ added_pct=<(ratio - 1) * 100> canary_s=<median canary time logged> load=<median 
 Example:
   source env.sh && $SIM_PY benchmarks/canary_cost.py --samples 2
   source env.sh && $SIM_PY benchmarks/canary_cost.py --samples 2 --policy reference --ckpt reference
+  source env.sh && $SIM_PY benchmarks/canary_cost.py --samples 2 --model-delay 20
 """
 
 from __future__ import annotations
@@ -100,6 +101,11 @@ def main() -> None:
         "--policy", default="replay", help="POLICY (default replay: its server loads in ~1 s)"
     )
     parser.add_argument("--ckpt", default="", help="CKPT_NAME (e.g. reference, with --policy reference)")
+    parser.add_argument(
+        "--model-delay", type=float, default=0.0,
+        help="seconds the model server waits before it starts (a wrapper around MODEL_PY): a model that "
+        "loads that much longer, as a large checkpoint does",
+    )  # fmt: skip
     parser.add_argument("--test-num", type=int, default=1, help="EVAL_TEST_NUM (default 1)")
     args = parser.parse_args()
     times: dict[str, list[float]] = {"canary": [], "none": []}
@@ -108,6 +114,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="canary-cost-") as tmp:
         queue = Path(tmp) / "queue.txt"
         queue.write_text(args.queue_text)
+        if args.model_delay > 0:  # a slower model load, the policy otherwise the same
+            real = os.environ.get("MODEL_PY", str(ROOT / "envs" / "model" / "bin" / "python"))
+            slow = Path(tmp) / "slow_model_py"
+            slow.write_text(f'#!/bin/sh\nsleep {args.model_delay}\nexec {real} "$@"\n')
+            slow.chmod(0o755)
+            os.environ["MODEL_PY"] = str(slow)
         for index in range(args.samples):
             for kind in times:
                 load = os.getloadavg()[0]
