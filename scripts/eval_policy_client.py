@@ -45,6 +45,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--connect-timeout", type=float, default=300.0, help="seconds to wait for the server (300)"
     )
+    p.add_argument("--canary-run", type=Path, help="run this run's canary in the warm-up, before any unit")
+    p.add_argument("--progress-file", type=Path, help="the progress file the warm-up's canary replaces")
     return p.parse_args(argv)
 
 
@@ -60,7 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, ImportError, RuntimeError) as exc:  # a bad spec, or a broken install
         print(f"eval_policy_client: cannot start the benchmark: {exc}", file=sys.stderr)
         return NO_BENCHMARK
-    return serve(settings, bench, args.ready_file, args.connect_timeout, args.worker_pid)
+    return serve(
+        settings, bench, args.ready_file, args.connect_timeout, args.worker_pid,
+        canary_run=args.canary_run, progress_file=args.progress_file,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

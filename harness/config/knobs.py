@@ -121,6 +121,8 @@ KNOBS: dict[str, Knob] = {
         Knob("WORKER_FAULT_LIMIT", "3",
              "attempts in a row failing for a model server or node cause before the worker stops (exit 1)",
              False, accepts=integer(1)),
+        Knob("CANARY", "1", "1: each sim process runs the run's canary (docs/trust.md); 0: none",
+             False, accepts=FLAG),
         Knob("STALL_TIMEOUT", "300", "seconds a sim client may make no progress before it is killed", False,
              accepts=seconds()),
         Knob("PER_TASK_TIMEOUT", "7200", "seconds one unit may take before it is killed", False,

@@ -60,6 +60,7 @@ class Settings:
     lease_skew_s: float
     crash_limit: int
     worker_fault_limit: int
+    canary: bool
     stall_timeout: float
     per_task_timeout: float
     model_start_timeout: float

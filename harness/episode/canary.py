@@ -1,11 +1,12 @@
 """Canary episodes: does this node simulate the run's episodes the way the run's first node did?
 
-Once per sim process and run, before its first episode, the sim client runs the run's canary: the
-run's first unit's first seed, built as every episode is, driven by a fixed action sequence with no
-policy (the seed bank's expert trace for that seed where the bank has one, else zeros), CANARY_STEPS
-steps. Each step's physics state (`episode.physics_state()`: ManiSkill's full scene state, LIBERO's
-MuJoCo state; the proprio where an adapter has none) goes into the trajectory, hashed (sha256 of the
-float64 bytes), and the last rendered frame is kept.
+Once per sim process and run, before its first episode, the sim process runs the run's canary (in
+its warm-up, overlapping the model server's load, when the worker started it for the run; else the
+sim client, at its first unit): the run's first unit's first seed, built as every episode is, driven
+by a fixed action sequence with no policy (the seed bank's expert trace for that seed where the bank
+has one, else zeros), CANARY_STEPS steps. Each step's physics state (`episode.physics_state()`:
+ManiSkill's full scene state, LIBERO's MuJoCo state; the proprio where an adapter has none) goes into
+the trajectory, hashed (sha256 of the float64 bytes), and the last rendered frame is kept.
 
 The first canary of a run becomes its reference, `<run>/canary/reference.npz`: written to a unique
 temporary name, then hard-linked onto that name, an exclusive create, so over NFS too exactly one

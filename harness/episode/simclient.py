@@ -187,37 +187,11 @@ class SimClient:
         return record
 
     def _canary(self, report: Any) -> None:
-        """This process's canary of the run, once, before its first episode (`harness.episode.canary`):
-        the run's first unit's first seed, no policy. A canary that cannot run says why and is skipped:
-        the unit runs either way."""
-        key = str(Path(self.assignment.run_dir).resolve())
-        if key in canary.DONE or not RunDir(self.assignment.run_dir).manifest.exists():
-            return
-        canary.DONE.add(key)
-        try:
-            from harness.config.paths import bundle_root
-            from harness.config.plan import planned_seeds
-            from harness.config.seedbank import bank_file, resolve_root
-
-            cell, seeds = next(iter(planned_seeds(self.assignment.run_dir).items()))  # the run's first unit
-            seed = seeds[0]
-            root = resolve_root(self.settings.seeds_root, str(bundle_root(os.environ)))
-            traces = bank_file(root, cell, self.bench_config).with_suffix(".traces.npz")
-            banked = self.settings.use_eval_seeds
-            actions = canary.expert_actions(traces, seed) if banked else np.zeros((0, 0), np.float32)
-            episode = self.bench.make_episode(cell.task, self.bench_config, seed)
-            try:
-                self._seed_started_at = time.time()
-                verdict = canary.run_canary(
-                    self.assignment.run_dir, episode, actions, cell.task, seed, fingerprint_id(sim_facts()),
-                    on_step=lambda step: self._progress(None, step),
-                )  # fmt: skip
-            finally:
-                _close_quietly(episode)
-        except Exception as exc:
-            report(f"canary not run: {_error_text(exc)}")
-            return
-        report(verdict.text() + f" ({verdict.seconds:.1f} s)")
+        """This process's canary of the run, once, before its first episode (`run_canary_once`;
+        the sim process runs it in its warm-up instead when it knows the run at start)."""
+        self._seed_started_at = time.time()
+        on_step = lambda step: self._progress(None, step)  # noqa: E731
+        run_canary_once(self.bench, self.settings, self.assignment.run_dir, report, on_step=on_step)
 
     def _fingerprint(self) -> str | None:
         """This node's fingerprint id (`harness.episode.nodeprint`), stored in the run once; one that
@@ -330,3 +304,38 @@ def _error_text(exc: BaseException) -> str:
 def _close_quietly(episode: Episode) -> None:
     with contextlib.suppress(Exception):  # closing a broken simulator must not hide the episode's error
         episode.close()
+
+
+def run_canary_once(
+    bench: Benchmark, settings: Settings, run_dir: Path, report: Any, on_step: Any = None
+) -> None:
+    """This process's canary of the run `run_dir`, once (`harness.episode.canary`): the run's first
+    unit's first seed, no policy; `on_step` is told each step (the progress file). A canary that
+    cannot run says why and is skipped: the unit runs either way. CANARY=0: none."""
+    key = str(Path(run_dir).resolve())
+    if not settings.canary or key in canary.DONE or not RunDir(run_dir).manifest.exists():
+        return
+    canary.DONE.add(key)
+    try:
+        from harness.config.paths import bundle_root
+        from harness.config.plan import planned_seeds
+        from harness.config.seedbank import bank_file, resolve_root
+
+        bench_config = settings.bench_config
+        cell, seeds = next(iter(planned_seeds(run_dir).items()))  # the run's first unit
+        seed = seeds[0]
+        root = resolve_root(settings.seeds_root, str(bundle_root(os.environ)))
+        traces = bank_file(root, cell, bench_config).with_suffix(".traces.npz")
+        banked = settings.use_eval_seeds
+        actions = canary.expert_actions(traces, seed) if banked else np.zeros((0, 0), np.float32)
+        episode = bench.make_episode(cell.task, bench_config, seed)
+        try:
+            verdict = canary.run_canary(
+                run_dir, episode, actions, cell.task, seed, fingerprint_id(sim_facts()), on_step=on_step
+            )
+        finally:
+            _close_quietly(episode)
+    except Exception as exc:
+        report(f"canary not run: {_error_text(exc)}")
+        return
+    report(verdict.text() + f" ({verdict.seconds:.1f} s)")

@@ -13,7 +13,11 @@ outside a contract), a fresh connection to the model server, then `SimClient`. O
 with it the imports, the render system and its kept envs, SIM_ENV_CACHE) outlives the unit. Before
 its first assignment the process warms the benchmark up (`warm_up`, where the adapter has one: ManiSkill
 renders a first frame), which the worker overlaps with its model server's load; a warm-up that
-fails ends the process with NO_BENCHMARK before any assignment (this node cannot run the benchmark).
+fails ends the process with NO_BENCHMARK before any assignment (this node cannot run the benchmark). A
+process started for one run (`--canary-run`, as a worker starts it) runs that run's canary
+(`harness.episode.canary`) in its warm-up too, after the run's code check, writing the progress file
+at each step; its line goes to the first unit's log. It hides behind the model server's load as far
+as that load outlasts the warm-up (docs/trust.md, "Measured here").
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -32,7 +37,7 @@ from harness.config.policymap import load_policy_map
 from harness.config.settings import Settings
 from harness.episode.bench import Benchmark
 from harness.episode.external import ExternalPolicyClient
-from harness.episode.simclient import SimAssignment, SimClient
+from harness.episode.simclient import SimAssignment, SimClient, run_canary_once
 from harness.process.failures import Refused
 from harness.wire.client import PolicyClient
 from harness.wire.errors import PeerClosed, WireError
@@ -148,12 +153,38 @@ def warm_up(bench: Benchmark, complain: Callable[[str], None]) -> bool:
     return True
 
 
+def warm_canary(
+    settings: Settings, bench: Benchmark, run_dir: Path, progress_file: Path | None,
+    said: Callable[[str], None],
+) -> None:  # fmt: skip
+    """The run's canary in the warm-up, before any assignment (`run_canary_once`): only once the run's code
+    check passes (a refused run runs nothing, its first assignment says why). Each step replaces the
+    progress file, as the sim client's canary does: the worker's stall watch sees it move."""
+    try:
+        check_code(run_dir)
+    except Exception:  # ContractMismatch, ManifestError, an unreadable run dir: no canary here
+        return  # the first assignment is refused, and says why
+    started = time.time()
+
+    def on_step(step: int) -> None:
+        if progress_file is None:
+            return
+        tmp = progress_file.with_name(progress_file.name + ".tmp")
+        tmp.write_text(json.dumps({"seed": None, "step": int(step), "started_at": started}))
+        tmp.replace(progress_file)
+
+    run_canary_once(bench, settings, run_dir, said, on_step=on_step)
+
+
 def serve(
     settings: Settings, bench: Benchmark, ready_file: Path, connect_timeout: float, worker_pid: int | None,
-    assignments: IO[str] = sys.stdin, out: IO[str] = sys.stdout,
+    assignments: IO[str] = sys.stdin, out: IO[str] = sys.stdout, canary_run: Path | None = None,
+    progress_file: Path | None = None,
 ) -> int:  # fmt: skip
     """Run each assignment line read from `assignments` as a unit and answer it; 0 when `assignments`
-    ends, NO_BENCHMARK (no assignment read) when the benchmark cannot warm up."""
+    ends, NO_BENCHMARK (no assignment read) when the benchmark cannot warm up. With `canary_run`, that
+    run's canary runs in the warm-up (`warm_canary`); what it said is reported at the first assignment
+    (a line before it is lost)."""
 
     def report(line: str) -> None:
         out.write(line + "\n")
@@ -161,9 +192,15 @@ def serve(
 
     if not warm_up(bench, lambda line: print(line, file=sys.stderr, flush=True)):
         return NO_BENCHMARK
+    early: list[str] = []
+    if canary_run is not None:
+        warm_canary(settings, bench, canary_run, progress_file, early.append)
     for line in assignments:
         if not line.strip():
             continue
+        for said in early:
+            report(said)
+        early.clear()
         try:
             assignment = parse_assignment(line, worker_pid)
         except ValueError as exc:

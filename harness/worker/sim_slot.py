@@ -47,13 +47,21 @@ def writer_id(worker_id: str, index: int) -> str:
     return worker_id if index == 0 else f"{worker_id}-s{index}"
 
 
-def serve_argv(env: dict[str, str], ready_file: Path) -> list[str]:
-    """The persistent sim process: the sim client, given assignment lines on stdin."""
+def serve_argv(
+    env: dict[str, str], ready_file: Path, run: Path | None = None, progress: Path | None = None
+) -> list[str]:
+    """The persistent sim process: the sim client, given assignment lines on stdin; with `run`, it runs that
+    run's canary in its warm-up (overlapping the model server's load), replacing `progress`."""
     root = Path(env.get("EVAL_ROOT", "."))
-    return [
+    argv = [
         env.get("SIM_PY", sys.executable), str(root / "scripts" / "eval_policy_client.py"),
         "--ready-file", str(ready_file), "--worker-pid", str(os.getpid()),
     ]  # fmt: skip
+    if run is not None:
+        argv += ["--canary-run", str(run)]
+    if progress is not None:
+        argv += ["--progress-file", str(progress)]
+    return argv
 
 
 @dataclass
@@ -133,6 +141,7 @@ def open_slot(
         ran.clear()  # a new process has run nothing yet
         log(f"sim process pid {pid} started")
 
-    sim = SimProcess(serve_argv(env, server.client_ready_file), env, started)
+    progress = tmp / f"progress-{index}.json"
+    sim = SimProcess(serve_argv(env, server.client_ready_file, run.root, progress), env, started)
     queue = open_queue(run, wid, settings, units)
-    return SimSlot(index, wid, queue, tmp / f"progress-{index}.json", sim, log, settings, ran)
+    return SimSlot(index, wid, queue, progress, sim, log, settings, ran)

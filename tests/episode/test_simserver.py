@@ -11,6 +11,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -35,9 +36,9 @@ DEFAULTS = Settings.from_env({})  # every knob at its default
 class ServeProcess:
     """`eval_policy_client.py` with its stdout read line by line in a thread."""
 
-    def __init__(self, env: dict[str, str], ready: Path) -> None:
+    def __init__(self, env: dict[str, str], ready: Path, *extra: str) -> None:
         script = REPO / "scripts" / "eval_policy_client.py"
-        argv = [sys.executable, str(script), "--ready-file", str(ready)]
+        argv = [sys.executable, str(script), "--ready-file", str(ready), *extra]
         self.proc = subprocess.Popen(
             argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
@@ -113,6 +114,44 @@ def test_broken_videos_keep_the_trial_and_the_process_serves_the_next_assignment
     warnings = [line for line in sim.said if "warning: video seed1.mp4 not written" in line]
     assert len(warnings) == 2 and "FileExistsError" in warnings[0], sim.said
     assert records[("B", "table_clean", 2)]["video"] == "videos/seed2.mp4"
+
+
+def test_the_canary_runs_in_the_warm_up_before_any_job_and_says_so_at_the_first(
+    run: RunDir, tmp_path: Path
+) -> None:
+    """Issue 59: the canary ran in the sim client after the model server was up, adding its cost to
+    the worker's time to its first episode; in the warm-up it overlaps the model server's load. Its
+    steps replace the progress file (the worker's stall watch), its line opens the first unit's log,
+    and the first assignment runs no second canary."""
+    env = dict(
+        os.environ, PYTHONPATH=str(REPO), EVAL_ROOT=str(REPO), BENCHMARK="tests.support.fastbench:FastBench",
+        RECORD_VIDEO="0", BENCH_CONFIG="clean", USE_EVAL_SEEDS="0", FASTBENCH_STEPS="3",
+        FASTBENCH_STEP_MS="1",
+    )  # fmt: skip
+    progress = tmp_path / "progress.json"
+    ready = tmp_path / "ready.json"
+    sim = ServeProcess(env, ready, "--canary-run", str(run.root), "--progress-file", str(progress))
+    try:
+        verdicts = run.root / "canary"
+        deadline = time.monotonic() + ANSWER_S
+        while not any(verdicts.glob("*.json")):  # no assignment sent, no model server: the warm-up alone
+            assert time.monotonic() < deadline and sim.proc.poll() is None, "no canary in the warm-up"
+            time.sleep(0.1)
+        assert (verdicts / "reference.npz").exists()
+        assert json.loads(progress.read_text())["seed"] is None  # told each step, no seed named
+        assert sim.lines.empty()  # nothing said before the first assignment: it would be lost
+        with running_server(tmp_path, SLEEP_POLICY):
+            answer = sim.assignment(
+                {"run_dir": str(run.root), "scene": "table", "task": "A", "seeds": [1], "writer_id": "w0"}
+            )
+            assert sim.close() == 0
+    finally:
+        if sim.proc.poll() is None:
+            sim.proc.kill()
+    assert answer["returncode"] == 0, sim.said
+    canary_lines = [line for line in sim.said if line.startswith("canary ")]
+    assert len(canary_lines) == 1 and "this node's canary is the run's reference" in canary_lines[0], sim.said
+    assert sim.said[0] == canary_lines[0]
 
 
 def test_an_assignment_in_a_run_dir_without_its_manifest_is_refused(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -466,3 +467,79 @@ def test_real_simulator_pool_on_two_nodes(slurm: dict[str, str], tmp_path: Path)
     assert {r["host"] for r in lines} <= {"n1", "n2"}
     videos = list((run_dir(env) / "eval_result").rglob("videos/seed*.mp4"))
     assert len(videos) == 2 and all(v.stat().st_size > 1000 for v in videos)
+
+
+def organize(env: dict[str, str], out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    script = ROOT / "scripts" / "organize_results.py"
+    argv = [env.get("SIM_PY", str(ROOT / "envs/sim/bin/python")), str(script), str(run_dir(env)), "m"]
+    argv += ["--out", str(out), "--videos", "none", *extra]
+    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def canary_said(env: dict[str, str]) -> list[str]:
+    """The canary lines of the run's logs (each node's worker logs its sim process's canary)."""
+    said = []
+    for path in sorted((run_dir(env) / "logs").rglob("*.log")):
+        said += [line for line in path.read_text(errors="replace").splitlines() if "sim: canary " in line]
+    return said
+
+
+def verdicts(env: dict[str, str]) -> dict[str, dict]:
+    folder = run_dir(env) / "canary"
+    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+
+
+def test_a_node_that_simulates_differently_is_named_by_its_canary_and_identical_nodes_never_are(
+    slurm: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 59's Slurm figure. Node n2 made to simulate differently (another simulator build whose
+    physics drifts by 1e-6 per step, FASTBENCH_DRIFT_NODE): its canary differs from step 1 before its
+    first unit ends, and organize_results refuses to pool, naming its group and node; --allow-mixed
+    pools. Three repeated runs on identical nodes: every canary matches, organize pools (0 false
+    alarms)."""
+    for index in range(3):
+        env = pool_env(slurm, tmp_path, f"same{index}", FASTBENCH_STEPS="2", FASTBENCH_STEP_MS="10")
+        done = srun(env, "--nodes=3")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert recorded(record_lines(env)) == planned()
+        found = verdicts(env)
+        assert (run_dir(env) / "canary" / "reference.npz").exists() and found, found
+        assert all(v["match"] for v in found.values()), found
+        said = canary_said(env)
+        assert said and not [line for line in said if "DIFFERS" in line], said
+        pooled = organize(env, tmp_path / f"out-same{index}")
+        assert pooled.returncode == 0, pooled.stderr
+        print(
+            f"same{index}: {len(said)} canary lines, {len(found)} verdict file(s), all match; organize exit 0"
+        )
+
+    env = pool_env(slurm, tmp_path, "drift", FASTBENCH_DRIFT_NODE="n2", FASTBENCH_STEP_MS="100")
+    done = srun(env, "--nodes=3")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = record_lines(env)
+    assert recorded(lines) == planned()
+    on_n2 = [r for r in lines if r["host"] == "n2"]
+    assert on_n2, Counter(r["host"] for r in lines)  # n2 ran episodes: its group is in the results
+    odd = {r["fingerprint"] for r in on_n2}
+    assert len(odd) == 1 and odd.isdisjoint(r["fingerprint"] for r in lines if r["host"] != "n2")
+    found = verdicts(env)
+    differing = {ident: v for ident, v in found.items() if not v["match"]}
+    assert [v["host"] for v in differing.values()] == ["n2"], found
+    (verdict,) = differing.values()
+    assert verdict["first_difference"] == 1 and 0 < verdict["max_state_diff"] < 1e-4, verdict
+    assert verdict["reference_host"] in ("n1", "n3"), verdict
+    (ident,) = differing
+    verdict_at = (run_dir(env) / "canary" / f"{ident}.json").stat().st_mtime
+    first_unit_end = min(datetime.fromisoformat(r["finished_at"]).timestamp() for r in on_n2)
+    assert verdict_at < first_unit_end  # n2's canary said so before its first episode ended
+    said = [line for line in canary_said(env) if "DIFFERS" in line]
+    assert len(said) == 1 and "first at step 1" in said[0], canary_said(env)
+    refused = organize(env, tmp_path / "out-drift")
+    assert refused.returncode == 2, refused.stderr
+    (group,) = odd
+    named = next(line for line in refused.stderr.splitlines() if "canary DIFFERS" in line)
+    assert group in named and "n2" in named, refused.stderr
+    print(f"drift: {said[0]}\n{named}")
+    mixed = organize(env, tmp_path / "out-mixed", "--allow-mixed")
+    assert mixed.returncode == 0, mixed.stderr
+    assert (tmp_path / "out-mixed" / f"fingerprint-{group}").is_dir()

@@ -9,12 +9,21 @@ FASTBENCH_GATE="<dir>:<pool>" holds back every pool but <pool> (a pool label, se
 `<label>-...` locally, SLURM_JOB_NAME `eval-<label>` under srun): their episodes wait to start until
 `<dir>/<STUDY_RUN>` exists, so a test can open a run to them once <pool> has worked on it, whatever
 the machine's speed.
+FASTBENCH_DRIFT_NODE=<node> is a node that simulates differently (issue 59's canary): on the node of
+that name (SLURMD_NODENAME, else NODE_NAME, else the hostname) the physics drifts slightly from step 1
+on and the simulator is another build (`version`; and since a node fingerprint reads the simulator's
+build from its loaded module, `harness.episode.nodeprint.SIM_MODULES`, a stand-in `mani_skill` module of
+that version is loaded there), so its fingerprint differs. Its episodes wait (up to 60 s) for the
+run's canary reference before they start, so an identical node's canary is the reference.
 """
 
 from __future__ import annotations
 
 import os
+import socket
+import sys
 import time
+import types
 from typing import Any
 
 import numpy as np
@@ -24,6 +33,33 @@ from harness.episode.bench import ExpertResult
 
 def _listed(var: str) -> set[str]:
     return {item.strip() for item in os.environ.get(var, "").split(",") if item.strip()}
+
+
+DRIFT = 1e-6  # the drifting node's physics: this much more per step
+
+
+def drifting() -> bool:
+    """This node is FASTBENCH_DRIFT_NODE."""
+    node = os.environ.get("SLURMD_NODENAME") or os.environ.get("NODE_NAME") or socket.gethostname()
+    return bool(os.environ.get("FASTBENCH_DRIFT_NODE")) and node == os.environ["FASTBENCH_DRIFT_NODE"]
+
+
+def _another_build() -> None:
+    """The drifting node's simulator build, as a node fingerprint sees one: a loaded module's version."""
+    if "mani_skill" not in sys.modules:
+        stand_in = types.ModuleType("mani_skill")
+        stand_in.__version__ = "fastbench-drift"  # type: ignore[attr-defined]
+        sys.modules["mani_skill"] = stand_in
+
+
+def _after_the_reference(timeout_s: float = 60.0) -> None:
+    """Wait until the run's canary reference exists (another node's canary), at most `timeout_s`."""
+    run = os.environ.get("RUN_DIR") or os.path.join(
+        os.environ.get("RUNS_ROOT", ""), os.environ.get("STUDY_RUN", "")
+    )
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(os.path.join(run, "canary", "reference.npz")) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 class FastEpisode:
@@ -36,6 +72,11 @@ class FastEpisode:
         self.seed = seed
         self.steps = 0
         self.delay = float(os.environ.get("FASTBENCH_STEP_MS", "5")) / 1000
+        self.drift = DRIFT if drifting() else 0.0
+
+    def physics_state(self) -> np.ndarray:
+        """What the canary hashes: the step count and the seed (plus the drift on a drifting node)."""
+        return np.array([self.steps * (0.01 + self.drift), float(self.seed)], np.float64)
 
     def observe(self) -> dict[str, Any]:
         return {"images": {}, "camera_params": {}, "proprio": np.zeros(10, np.float32), "state": {}}
@@ -74,7 +115,10 @@ def _wait_at_the_gate() -> None:
 
 
 class FastBench:
-    version = "fastbench-1"
+    def __init__(self, *args: Any) -> None:
+        self.version = "fastbench-1-drift" if drifting() else "fastbench-1"
+        if drifting():
+            _another_build()
 
     def tasks(self) -> list[str]:
         return []
@@ -93,6 +137,8 @@ class FastBench:
         if f"{task}/{seed}" in _listed("FASTBENCH_HANG"):
             return HangingEpisode(task, bench_config, seed)
         _wait_at_the_gate()
+        if drifting():
+            _after_the_reference()
         return FastEpisode(task, bench_config, seed)
 
     def expert(self, task: str, bench_config: str, seed: int) -> ExpertResult:
