@@ -18,6 +18,7 @@ the deadline is not waited for.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections import Counter
@@ -117,8 +118,11 @@ class Batcher:
             member.waiting = member.active = True  # a front end without resets is active too
             item = _Item(member, payload, now)
             self._pending.append(item)
-            if self._dispatcher is None:
-                self._dispatcher = threading.Thread(target=self._dispatch, name="batcher", daemon=True)
+            if self._dispatcher is None:  # it runs the model: a debugger tracing this thread follows it
+                trace = sys.gettrace()
+                self._dispatcher = threading.Thread(
+                    target=self._dispatch, args=(trace,), name="batcher", daemon=True
+                )
                 self._dispatcher.start()
             # wake the dispatcher only when this arrival can change its decision: under load, each
             # wake-up costs a wait for a core while the other sessions' requests come in
@@ -131,8 +135,11 @@ class Batcher:
             raise item.error
         return item.result
 
-    def _dispatch(self) -> None:
-        """The dispatcher thread: claim a batch when the rule says it goes, run it, answer it."""
+    def _dispatch(self, trace: Any) -> None:
+        """The dispatcher thread: claim a batch when the rule says it goes, run it, answer it. `trace`:
+        the trace function of the thread that started it (pdb's, in the in-process debug launcher)."""
+        if trace is not None:
+            sys.settrace(trace)
         with self._lock:
             while True:
                 batch, timeout = self._claim(self.clock()) if self._pending else (None, None)

@@ -108,7 +108,8 @@ def test_the_policy_thread_inherits_the_debuggers_trace(created_run: tuple[RunDi
     finally:
         sys.settrace(previous)
     assert code == 0
-    assert ("inprocess-model", "generate_actions") in seen, seen
+    assert ("inprocess-model", "encode_obs") in seen, seen
+    assert ("batcher", "generate_actions") in seen, seen  # the batcher's thread inherits the trace
 
 
 def test_a_unit_or_seed_the_run_does_not_plan_is_refused_naming_what_it_plans(
