@@ -11,6 +11,7 @@ still lands at its own step. No key is ever passed to wandb by us: it reads its 
 
 from __future__ import annotations
 
+import abc
 import argparse
 import os
 import re
@@ -61,7 +62,7 @@ def scalars(point: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-class Guarded:
+class Guarded(abc.ABC):
     """A dashboard whose calls can neither raise nor hang the caller: a thread each, `limit_s` at most."""
 
     name = "dashboard"
@@ -99,10 +100,11 @@ class Guarded:
     def close(self) -> None:
         self._guard("close", self._close)
 
+    @abc.abstractmethod
     def _log(self, point: dict[str, Any]) -> None:
-        raise NotImplementedError
+        """Send one curve point to the dashboard (each dashboard its own way)."""
 
-    def _close(self) -> None:
+    def _close(self) -> None:  # noqa: B027 (a default: most dashboards have nothing to flush)
         """Nothing to flush."""
 
 
