@@ -40,6 +40,14 @@ from typing import Any
 
 import numpy as np
 
+from harness.config.paths import bundle_root
+from harness.config.plan import planned_seeds
+from harness.config.rundir import RunDir
+from harness.config.seedbank import bank_file, resolve_root
+from harness.config.settings import Settings
+from harness.episode.bench import Benchmark
+from harness.episode.nodeprint import fingerprint_id, sim_facts
+
 CANARY_DIR = "canary"
 CANARY_STEPS = 20
 REFERENCE = "reference.npz"
@@ -233,3 +241,37 @@ def expert_actions(traces_file: Path, seed: int) -> np.ndarray:
     with contextlib.suppress(OSError, KeyError, ValueError), np.load(traces_file) as npz:
         return np.asarray(npz[f"seed{seed}"], dtype=np.float32)
     return np.zeros((0, 0), np.float32)
+
+
+def run_once(
+    bench: Benchmark,
+    settings: Settings,
+    run_dir: Path,
+    report: Callable[[str], None],
+    on_step: Callable[[int], None] | None = None,
+) -> None:
+    """This process's canary of the run `run_dir`, once: the run's first unit's first seed, no policy;
+    `on_step` is told each step (the progress file). A canary that cannot run says why and is
+    skipped: the unit runs either way. CANARY=0: none."""
+    key = str(Path(run_dir).resolve())
+    if not settings.canary or key in DONE or not RunDir(run_dir).manifest.exists():
+        return
+    DONE.add(key)
+    try:
+        cell, seeds = next(iter(planned_seeds(run_dir).items()))  # the run's first unit
+        seed = seeds[0]
+        root = resolve_root(settings.seeds_root, str(bundle_root(os.environ)))
+        traces = bank_file(root, cell, settings.bench_config).with_suffix(".traces.npz")
+        banked = settings.use_eval_seeds
+        actions = expert_actions(traces, seed) if banked else np.zeros((0, 0), np.float32)
+        episode = bench.make_episode(cell.task, settings.bench_config, seed)
+        try:
+            fingerprint = fingerprint_id(sim_facts())
+            verdict = run_canary(run_dir, episode, actions, cell.task, seed, fingerprint, on_step=on_step)
+        finally:
+            with contextlib.suppress(Exception):  # a broken simulator's close must not hide why
+                episode.close()
+    except Exception as exc:
+        report(f"canary not run: {type(exc).__name__}: {exc}"[:300])
+        return
+    report(verdict.text() + f" ({verdict.seconds:.1f} s)")

@@ -19,21 +19,18 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from harness.config.rundir import RunDir, task_config_name
 from harness.config.settings import Settings
 from harness.episode import canary
 from harness.episode.actions import ChunkRunner
 from harness.episode.bench import Benchmark, Episode
-from harness.episode.nodeprint import NodePrint, fingerprint_id, sim_facts
+from harness.episode.nodeprint import NodePrint
 from harness.episode.records import append_record, now_iso_microseconds
 from harness.episode.video import VideoWriter
 from harness.queue.owner import process_stopped
@@ -187,11 +184,11 @@ class SimClient:
         return record
 
     def _canary(self, report: Any) -> None:
-        """This process's canary of the run, once, before its first episode (`run_canary_once`;
+        """This process's canary of the run, once, before its first episode (`canary.run_once`;
         the sim process runs it in its warm-up instead when it knows the run at start)."""
         self._seed_started_at = time.time()
         on_step = lambda step: self._progress(None, step)  # noqa: E731
-        run_canary_once(self.bench, self.settings, self.assignment.run_dir, report, on_step=on_step)
+        canary.run_once(self.bench, self.settings, self.assignment.run_dir, report, on_step=on_step)
 
     def _fingerprint(self) -> str | None:
         """This node's fingerprint id (`harness.episode.nodeprint`), stored in the run once; one that
@@ -304,38 +301,3 @@ def _error_text(exc: BaseException) -> str:
 def _close_quietly(episode: Episode) -> None:
     with contextlib.suppress(Exception):  # closing a broken simulator must not hide the episode's error
         episode.close()
-
-
-def run_canary_once(
-    bench: Benchmark, settings: Settings, run_dir: Path, report: Any, on_step: Any = None
-) -> None:
-    """This process's canary of the run `run_dir`, once (`harness.episode.canary`): the run's first
-    unit's first seed, no policy; `on_step` is told each step (the progress file). A canary that
-    cannot run says why and is skipped: the unit runs either way. CANARY=0: none."""
-    key = str(Path(run_dir).resolve())
-    if not settings.canary or key in canary.DONE or not RunDir(run_dir).manifest.exists():
-        return
-    canary.DONE.add(key)
-    try:
-        from harness.config.paths import bundle_root
-        from harness.config.plan import planned_seeds
-        from harness.config.seedbank import bank_file, resolve_root
-
-        bench_config = settings.bench_config
-        cell, seeds = next(iter(planned_seeds(run_dir).items()))  # the run's first unit
-        seed = seeds[0]
-        root = resolve_root(settings.seeds_root, str(bundle_root(os.environ)))
-        traces = bank_file(root, cell, bench_config).with_suffix(".traces.npz")
-        banked = settings.use_eval_seeds
-        actions = canary.expert_actions(traces, seed) if banked else np.zeros((0, 0), np.float32)
-        episode = bench.make_episode(cell.task, bench_config, seed)
-        try:
-            verdict = canary.run_canary(
-                run_dir, episode, actions, cell.task, seed, fingerprint_id(sim_facts()), on_step=on_step
-            )
-        finally:
-            _close_quietly(episode)
-    except Exception as exc:
-        report(f"canary not run: {_error_text(exc)}")
-        return
-    report(verdict.text() + f" ({verdict.seconds:.1f} s)")

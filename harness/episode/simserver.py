@@ -35,9 +35,10 @@ from harness.config.contract import CODE_REFUSED_EXIT, check_code
 from harness.config.manifest import ContractMismatch, ManifestError, load_manifest
 from harness.config.policymap import load_policy_map
 from harness.config.settings import Settings
+from harness.episode import canary
 from harness.episode.bench import Benchmark
 from harness.episode.external import ExternalPolicyClient
-from harness.episode.simclient import SimAssignment, SimClient, run_canary_once
+from harness.episode.simclient import SimAssignment, SimClient
 from harness.process.failures import Refused
 from harness.wire.client import PolicyClient
 from harness.wire.errors import PeerClosed, WireError
@@ -157,7 +158,7 @@ def warm_canary(
     settings: Settings, bench: Benchmark, run_dir: Path, progress_file: Path | None,
     said: Callable[[str], None],
 ) -> None:  # fmt: skip
-    """The run's canary in the warm-up, before any assignment (`run_canary_once`): only once the run's code
+    """The run's canary in the warm-up, before any assignment (`canary.run_once`): only once the run's code
     check passes (a refused run runs nothing, its first assignment says why). Each step replaces the
     progress file, as the sim client's canary does: the worker's stall watch sees it move."""
     try:
@@ -173,7 +174,7 @@ def warm_canary(
         tmp.write_text(json.dumps({"seed": None, "step": int(step), "started_at": started}))
         tmp.replace(progress_file)
 
-    run_canary_once(bench, settings, run_dir, said, on_step=on_step)
+    canary.run_once(bench, settings, run_dir, said, on_step=on_step)
 
 
 def serve(
