@@ -7,6 +7,7 @@ export RUNS_ROOT="${RUNS_ROOT:-$EVAL_ROOT/runs}"
 export ENVS_ROOT="${ENVS_ROOT:-$EVAL_ROOT/envs}"
 export SIM_PY="${SIM_PY:-$ENVS_ROOT/sim/bin/python}"
 export MODEL_PY="${MODEL_PY:-$ENVS_ROOT/model/bin/python}"
+export LEROBOT_PY="${LEROBOT_PY:-$ENVS_ROOT/lerobot/bin/python}"  # LeRobot's own pins (POLICY=lerobot)
 export HF_HOME="${HF_HOME:-$EVAL_ROOT/.hf_home}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export NODE_CACHE="${NODE_CACHE:-/tmp/eval_node_cache}"

@@ -63,6 +63,7 @@ make_env() {  # make_env NAME: requirements/NAME.txt (what we ask for) + NAME.lo
 }
 make_env sim
 make_env model
+make_env lerobot  # POLICY=lerobot, LeRobot's trainer and lerobot-eval: its own pins (requirements/lerobot.txt)
 # MIKASA-Robo (vla-eval's ManiSkill3 memory tasks, run by tests/episode/test_bench_vlaeval.py) pins
 # mani_skill 3.0.0b15, numpy 1.23.5 and torch 2.2.1 but runs unchanged on the sim env's versions: it is
 # installed without its dependencies, so that pip leaves the simulator's pins alone.
@@ -101,4 +102,4 @@ if [ ! -f "$STAMPS/brdf-lut.$lut_stamp" ]; then
   rm -f "$STAMPS/brdf-lut".*
   touch "$STAMPS/brdf-lut.$lut_stamp"
 fi
-log "ready: SIM_PY=$SIM_PY MODEL_PY=$MODEL_PY"
+log "ready: SIM_PY=$SIM_PY MODEL_PY=$MODEL_PY LEROBOT_PY=$LEROBOT_PY"
