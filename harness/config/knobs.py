@@ -184,8 +184,8 @@ KNOBS: dict[str, Knob] = {
         Knob("RESULTS_VIDEOS", "link", "organize_results video tree: relative links, copies or none", False,
              accepts=choice("link", "copy", "none")),
         Knob("STAGE_ENVS", "sim model",
-             "venvs copied into NODE_CACHE (`none`: in place; the local pool defaults to none)", False,
-             accepts=WORDS),
+             "venvs copied into NODE_CACHE: sim, model, lerobot (`none`: in place; the local pool defaults "
+             "to none)", False, accepts=WORDS),
         Knob("STAGE_BACKBONES", "", "HF hub dirs under $HF_HOME/hub staged with the checkpoint", False,
              accepts=WORDS),
         Knob("WHEELHOUSE", "envs/wheelhouse",

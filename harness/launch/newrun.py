@@ -43,7 +43,13 @@ from harness.episode.bench import Benchmark, load_benchmark
 from harness.episode.serverdial import probe
 from harness.launch.benchparams import params_problems
 from harness.launch.precollect import banked_not_trials
-from harness.model.wrapper import PolicyRefused, policy_dir, stated_checkpoint, stated_conventions
+from harness.model.wrapper import (
+    PolicyRefused,
+    policy_dir,
+    stated_checkpoint,
+    stated_conventions,
+    stated_problems,
+)
 from harness.wire.errors import WireError
 from harness.wire.protocol import check_specs
 
@@ -93,7 +99,11 @@ def _bench_problems(
                 step_limits[cell.task] = int(limit(cell.task, knobs["BENCH_CONFIG"]))
     except ValueError as exc:
         return [str(exc)]
-    return _convention_problems(bench, knobs) + _seed_problems(bench, cells, knobs, settings, env)
+    return (
+        _convention_problems(bench, knobs)
+        + _wrapper_problems(bench, knobs, env)
+        + _seed_problems(bench, cells, knobs, settings, env)
+    )
 
 
 def _convention_problems(bench: Benchmark, knobs: Mapping[str, str]) -> list[str]:
@@ -106,6 +116,16 @@ def _convention_problems(bench: Benchmark, knobs: Mapping[str, str]) -> list[str
     except (PolicyRefused, WireError) as exc:
         return [str(exc)]
     return []
+
+
+def _wrapper_problems(bench: Benchmark, knobs: Mapping[str, str], env: Mapping[str, str]) -> list[str]:
+    """The wrapper's own check of the checkpoint against the benchmark's cameras (policy/lerobot)."""
+    path = resolve_checkpoint(knobs["CKPT_NAME"], env) if knobs["CKPT_NAME"] else None
+    cameras = getattr(bench, "cameras", None)
+    try:
+        return stated_problems(knobs["POLICY"], knobs["POLICY_ARGS"].split(), path, cameras)
+    except PolicyRefused as exc:
+        return [str(exc)]
 
 
 def _seed_problems(

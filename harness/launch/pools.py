@@ -35,7 +35,10 @@ LAUNCHERS = ("local", "srun", "submitit")
 # Slurm states of a job that has not ended yet
 UNFINISHED = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "UNKNOWN", "REQUEUED"}
 # the paths env.sh sets, passed to each node task with the knobs
-PASSED = ("EVAL_ROOT", "BUNDLE", "RUNS_ROOT", "ENVS_ROOT", "SIM_PY", "MODEL_PY", "HF_HOME", "PYTHONPATH")
+PASSED = (
+    "EVAL_ROOT", "BUNDLE", "RUNS_ROOT", "ENVS_ROOT", "SIM_PY", "MODEL_PY", "LEROBOT_PY", "HF_HOME",
+    "PYTHONPATH",
+)  # fmt: skip
 # what Slurm sets per job, step and node: a node task keeps its own, never the submitter's
 _PER_NODE = ("SLURM_", "SLURMD_", "SBATCH_", "SRUN_", "SALLOC_", "SUBMITIT_", "PMI_", "PMIX_")
 _PER_NODE_NAMES = {

@@ -243,19 +243,14 @@ def load_policy(
         raise PolicyRefused(f"checkpoint {ckpt!r}: neither a path nor a directory under $BUNDLE/checkpoints")
     usr_args["ckpt_path"] = None if ckpt_path is None else str(ckpt_path)
     usr_args.setdefault("policy_name", directory.name)
-    if not isinstance(usr_args.get("num_actions"), int):
-        raise PolicyRefused(f"policy {directory.name}: setting 'num_actions' must be an integer in {yml}")
-    if not isinstance(usr_args.get("action_dim"), int) and usr_args.get("action_dim") != ANY:
-        raise PolicyRefused(
-            f"policy {directory.name}: setting 'action_dim' must be an integer in {yml}, or {ANY!r} "
-            "for a policy that acts in whatever convention the sim applies (hold)"
-        )
+    _check_shape_settings(directory.name, usr_args, yml, FROM_CHECKPOINT)
     module = import_wrapper(directory)
     try:
         model = module.get_model(usr_args)
     except Exception as exc:
         why = f"{type(exc).__name__}: {exc}"
         raise PolicyRefused(f"policy {directory.name}: get_model failed: {why}") from exc
+    _check_shape_settings(directory.name, usr_args, yml, None)  # get_model has read the checkpoint's
     spec = {
         "policy": directory.name,
         "ckpt": Path(ckpt).name if ckpt else "",
@@ -284,6 +279,21 @@ def load_policy(
         check_batched_seeding(directory.name, model.generate_actions, usr_args, yml)
         _check_state_copies(policy)
     return policy
+
+
+FROM_CHECKPOINT = "checkpoint"  # yml num_actions / action_dim that get_model sets from the checkpoint
+
+
+def _check_shape_settings(name: str, usr_args: dict[str, Any], yml: Path, pending: str | None) -> None:
+    """`num_actions` and `action_dim` are integers (`action_dim` may be `any`); before get_model
+    either may still be `pending` (`checkpoint`: the wrapper sets it from what it loads)."""
+    if not isinstance(usr_args.get("num_actions"), int) and usr_args.get("num_actions") != pending:
+        raise PolicyRefused(f"policy {name}: setting 'num_actions' must be an integer in {yml}")
+    if not isinstance(usr_args.get("action_dim"), int) and usr_args.get("action_dim") not in (ANY, pending):
+        raise PolicyRefused(
+            f"policy {name}: setting 'action_dim' must be an integer in {yml}, or {ANY!r} "
+            "for a policy that acts in whatever convention the sim applies (hold)"
+        )
 
 
 def model_stack() -> dict[str, Any]:

@@ -87,6 +87,34 @@ def stated_checkpoint(name: str, overrides: list[str] | None = None) -> tuple[Pa
     return yml, usr_args.get("needs_checkpoint")
 
 
+MODEL_ENVS = ("model", "lerobot")  # the envs a model server may run in (scripts/setup.sh makes both)
+
+
+def server_python(name: str, overrides: list[str] | None, env: dict[str, str]) -> str:
+    """The Python that runs wrapper `name`'s model server: its yml's `model_env` (default `model`)
+    named by `<ENV>_PY` in `env` (MODEL_PY, LEROBOT_PY: the node's staged copy when staged)."""
+    yml, usr_args = deploy_settings(policy_dir(name), overrides)
+    model_env = usr_args.get("model_env", "model")
+    if model_env not in MODEL_ENVS:
+        raise PolicyRefused(f"{yml}: model_env must be one of {list(MODEL_ENVS)}, got {model_env!r}")
+    python = env.get("LEROBOT_PY") if model_env == "lerobot" else env.get("MODEL_PY")
+    return python or "python"
+
+
+def stated_problems(
+    name: str, overrides: list[str] | None, ckpt: Path | None, cameras: list[str] | None
+) -> list[str]:
+    """What wrapper `name`'s own check says of checkpoint `ckpt`, without loading a model: a wrapper
+    may ship `check.py` with `problems(ckpt, usr_args, wrapper_dir, cameras) -> list[str]`, which
+    must import in the sim env (no torch). `cameras`: the benchmark's, None when it does not say."""
+    directory = policy_dir(name)
+    if ckpt is None or not (directory / "check.py").is_file():
+        return []
+    _, usr_args = deploy_settings(directory, overrides)
+    module = _import_file(directory / "check.py", f"policy_check_{directory.name}")
+    return list(module.problems(ckpt, usr_args, directory, cameras))
+
+
 ANY = "any"  # a wrapper's action_convention and action_dim when it acts in the sim's (hold)
 
 
@@ -101,9 +129,8 @@ def action_conventions(value: Any, yml: Path) -> list[str] | str:
     return names
 
 
-def import_wrapper(directory: Path) -> ModuleType:
-    file = directory / "deploy_policy.py"
-    spec = importlib.util.spec_from_file_location(f"deploy_policy_{directory.name}", file)
+def _import_file(file: Path, module_name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(module_name, file)
     if spec is None or spec.loader is None:
         raise PolicyRefused(f"cannot import {file}")
     module = importlib.util.module_from_spec(spec)
@@ -114,8 +141,15 @@ def import_wrapper(directory: Path) -> ModuleType:
         del sys.modules[spec.name]
         raise PolicyRefused(
             f"{file} imports {exc.name!r}, which {sys.executable} cannot import: install it in the "
-            f"model env (MODEL_PY) or run the server with a Python that has it"
+            f"env its deploy_policy.yml names (model_env: {list(MODEL_ENVS)}) or run the server with "
+            "a Python that has it"
         ) from None
+    return module
+
+
+def import_wrapper(directory: Path) -> ModuleType:
+    file = directory / "deploy_policy.py"
+    module = _import_file(file, f"deploy_policy_{directory.name}")
     for attr in ("get_model", "encode_obs", "reset_model"):
         if not callable(getattr(module, attr, None)):
             raise PolicyRefused(f"{file}: missing function {attr}()")

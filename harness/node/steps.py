@@ -29,6 +29,8 @@ from harness.node.staging import GB, StagingError, Wanted, node_lock, prune, sta
 from harness.node.venvs import install_pin, is_venv, relocate
 from harness.process.failures import run_command
 
+PYTHONS = ("SIM_PY", "MODEL_PY", "LEROBOT_PY")  # each env's Python, as env.sh exports them
+
 
 def node_name(configured: str = "") -> str:
     """`configured` (NODE_NAME), else Slurm's node name, else the short hostname."""
@@ -54,12 +56,12 @@ def prepare(settings: Settings, log=print) -> dict[str, str]:
     eval_root = Path(os.environ["EVAL_ROOT"]).resolve()
     pin = settings.sim_pin.strip()
     envs = [] if settings.stage_envs == ("none",) else list(settings.stage_envs)
-    unknown = set(envs) - {"sim", "model"}
+    unknown = set(envs) - {"sim", "model", "lerobot"}
     if unknown:
         raise StagingError(f"STAGE_ENVS={' '.join(envs)!r}: unknown env(s) {sorted(unknown)}")
     if pin and "sim" not in envs:
         raise StagingError(f"SIM_PIN={pin} needs the sim env staged: add 'sim' to STAGE_ENVS")
-    out = {"SIM_PY": os.environ["SIM_PY"], "MODEL_PY": os.environ["MODEL_PY"], "CKPT_DIR": ""}
+    out = {key: os.environ.get(key, "") for key in PYTHONS} | {"CKPT_DIR": ""}
     with node_lock(cache):
         holder = int(os.environ.get("EVAL_NODE_PID") or os.getppid())  # the node script, for its lifetime
         (cache / "code").mkdir(parents=True, exist_ok=True)
@@ -69,7 +71,7 @@ def prepare(settings: Settings, log=print) -> dict[str, str]:
         wanted, posts = _choose(settings, cache, envs, out, hub, eval_root, log)
         in_use = {w.root for w in wanted.values()}  # making room for one never removes another
         staged = {key: stage(w, keep=in_use, post=posts.get(key), log=log) for key, w in wanted.items()}
-        for key in ("SIM_PY", "MODEL_PY"):
+        for key in PYTHONS:
             if key in staged:
                 out[key] = str(staged[key] / "bin" / "python")
         if "CKPT_DIR" in staged:

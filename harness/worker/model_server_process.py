@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.settings import Settings
+from harness.model.wrapper import server_python
 from harness.process.failures import Failed
 from harness.queue.owner import process_stopped
 from harness.wire.errors import WireError
@@ -52,7 +53,8 @@ class ModelServerProcess:
 
     def argv(self) -> list[str]:
         root = Path(self.env.get("EVAL_ROOT", "."))
-        argv = [self.env.get("MODEL_PY", "python"), str(root / "scripts" / "policy_model_server.py")]
+        python = server_python(self.settings.policy, list(self.settings.policy_args), self.env)
+        argv = [python, str(root / "scripts" / "policy_model_server.py")]
         argv += ["--policy", self.settings.policy]
         if self.sim_listens:
             argv += ["--connect", str(self.client_ready_file), "--info-file", str(self.ready_file)]

@@ -20,6 +20,7 @@ NOT_KNOBS = {
     "RUNS_ROOT": "where run dirs live, set by env.sh",
     "SIM_PY": "the sim env's python, set by env.sh / the node script",
     "MODEL_PY": "the model env's python, set by env.sh / the node script",
+    "LEROBOT_PY": "the LeRobot env's python (policy/lerobot's model server), set by env.sh / the node script",
     "HF_HOME": "Hugging Face cache, set by env.sh (offline)",
     "PYTHONPATH": "set by the node script to its code copy",
     "CKPT_DIR": "node-local checkpoint path, exported by the node script to its workers",
@@ -37,6 +38,7 @@ NOT_KNOBS = {
     "LOCAL_POOL_NODES": "a local pool's node count, set by harness.launch.pools: each sizes to its share",
     "EVAL_WORKER_CORES": "a worker's share of the node's cores, set by the node script's sizing",
     "DEMO_NODES": "scripts/demo.sh's local node count (a demo argument, not an eval knob)",
+    "DEMO_QUEUE": "scripts/demo.sh's queue file (a demo argument, not an eval knob)",
 }
 
 
