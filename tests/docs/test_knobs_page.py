@@ -20,6 +20,7 @@ NOT_KNOBS = {
     "RUNS_ROOT": "where run dirs live, set by env.sh",
     "SIM_PY": "the sim env's python, set by env.sh / the node script",
     "MODEL_PY": "the model env's python, set by env.sh / the node script",
+    "LEROBOT_PY": "the LeRobot env's python (its own pins), set by env.sh",
     "HF_HOME": "Hugging Face cache, set by env.sh (offline)",
     "PYTHONPATH": "set by the node script to its code copy",
     "CKPT_DIR": "node-local checkpoint path, exported by the node script to its workers",
