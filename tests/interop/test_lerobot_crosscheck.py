@@ -104,12 +104,13 @@ def test_a_mismatch_names_the_episode_and_both_outcomes(tmp_path: Path) -> None:
 @pytest.mark.sim
 def test_lerobot_eval_itself_runs_a_checkpoint_on_our_seeds(tmp_path: Path) -> None:
     """LeRobot's side of a checkpoint: `lerobot-eval` in-process, its eval_info.json read per episode,
-    the step limit applied and the steps counted; a tiny random ACT (tests/support/build_tiny_act.py)."""
+    the step limit applied and the steps counted; a tiny random ACT (tests/support/lerobot_tiny_act.py)."""
     assert LEROBOT_PY.exists(), f"{LEROBOT_PY}: no LeRobot env (scripts/setup.sh makes it)"
     env = dict(os.environ, PYTHONPATH=str(REPO), MUJOCO_GL="egl")
     ckpt, out = tmp_path / "tiny_act", tmp_path / "lerobot.jsonl"
     built = subprocess.run(
-        [str(LEROBOT_PY), str(REPO / "tests" / "support" / "build_tiny_act.py"), str(ckpt)],
+        [str(LEROBOT_PY), str(REPO / "tests" / "support" / "lerobot_tiny_act.py"), str(ckpt),
+         "--image-size", "480"],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert built.returncode == 0, built.stderr[-3000:]
