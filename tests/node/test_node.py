@@ -102,6 +102,26 @@ def test_prepare_stages_checkpoint_and_exports_node_local_paths(
     assert out["PYTHONPATH"].split(":")[0] == out["EVAL_ROOT"]
 
 
+def test_the_lerobot_env_is_staged_when_stage_envs_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, node_script: int
+) -> None:
+    """STAGE_ENVS=lerobot copies the env LEROBOT_PY names (a small venv here: the real one is 8.6 GB)
+    and exports the node-local copy's Python, which runs; the other envs stay where they are."""
+    venv = tmp_path / "shared" / "lerobot"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    monkeypatch.setenv("NODE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("STAGE_ENVS", "lerobot")
+    monkeypatch.setenv("LEROBOT_PY", str(venv / "bin" / "python"))
+    monkeypatch.setenv("CKPT_NAME", "")
+    monkeypatch.setenv("EVAL_ROOT", str(ROOT))
+    out = node.prepare(Settings.from_env(os.environ), log=lambda _m: None)
+    staged = Path(out["LEROBOT_PY"])
+    assert staged.is_relative_to(tmp_path / "cache") and staged.name == "python"
+    ran = subprocess.run([str(staged), "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True)
+    assert ran.returncode == 0 and Path(ran.stdout.strip()).is_relative_to(tmp_path / "cache"), ran
+    assert out["MODEL_PY"] == os.environ["MODEL_PY"] and out["SIM_PY"] == os.environ["SIM_PY"]
+
+
 def test_pin_without_staged_sim_env_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NODE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("STAGE_ENVS", "model")
