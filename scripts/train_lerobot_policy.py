@@ -154,7 +154,7 @@ def check_same_actions(reference: Path, candidate: Path, tolerance: float = 0.02
 def shown_command(command: list[str]) -> str:
     """The lerobot-train command as run, repository paths relative, one option a line."""
     python, module_flag, module, *options = (c.replace(str(ROOT) + "/", "") for c in command)
-    lead = "$LEROBOT_PY" if python == sys.executable else python
+    lead = "$LEROBOT_PY" if command[0] == sys.executable else python
     return " \\\n  ".join([f"{lead} {module_flag} {module}", *options])
 
 
