@@ -181,8 +181,8 @@ CKPT_NAME=lerobot-act-metaworld`. Made by `scripts/train_lerobot_policy.py`.
 
 ## Data
 
-{demos["frames"]} frames, {sum(len(s) for s in demos["episodes"].values())} episodes at 80 fps, one
-frame per env step, each episode up to and including the expert's success step; episodes whose expert
+{demos["frames"]} frames in {sum(len(s) for s in demos["episodes"].values())} episodes at 80 fps (one
+frame per env step), each episode up to and including the expert's success step; episodes whose expert
 failed were dropped. Training seeds start at 1_000_000 and are checked against the eval seeds
 (0..EVAL_TEST_NUM-1, and any MetaWorld seed bank under `seeds/`): disjoint.
 
@@ -195,7 +195,8 @@ failed were dropped. Training seeds start at 1_000_000 and are checked against t
 - {facts["steps"]} steps, batch size {facts["batch"]}, AdamW lr {facts["lr"]} (backbone
   {facts["lr_backbone"]}), {facts["threads"]} torch threads; wall time {facts["wall_s"]:.0f} s.
 - Final logged loss (L1 on normalised actions): {facts["final_loss"]}.
-- Command:
+- Made by `MUJOCO_GL=egl $LEROBOT_PY scripts/train_lerobot_policy.py {facts["argv"]}`, which ran
+  (with OMP_NUM_THREADS={facts["threads"]}):
 
 ```
 {facts["command"]}
@@ -242,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             "wall_s": float(wall_file.read_text()) if wall_file.exists() else float("nan"),
             "final_loss": f"{last[1]:.3f} (step {last[0]})" if last else "not logged",
             "command": shown_command(train_command(args)),
+            "argv": " ".join(a for a in (argv if argv is not None else sys.argv[1:]) if a != "--export-only"),
         },
     )
     print(f"[export] {args.ship}: {exported}", file=sys.stderr)
