@@ -13,7 +13,7 @@ Runs in the LeRobot env ($LEROBOT_PY). Three stages, each skippable:
 `POLICY=lerobot CKPT_NAME=lerobot-act-metaworld` evaluates what --ship holds.
 
 Example (the shipped checkpoint, checkpoints/lerobot-act-metaworld/README.md):
-  MUJOCO_GL=egl $LEROBOT_PY scripts/train_lerobot_policy.py --episodes 10 --steps 400 --batch 4
+  MUJOCO_GL=egl $LEROBOT_PY scripts/train_lerobot_policy.py --episodes 10 --steps 600 --batch 4
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TASKS = ["drawer-close-v3", "button-press-topdown-v3", "window-close-v3"]
+TASKS = ["drawer-close-v3", "faucet-open-v3", "button-press-wall-v3"]
 SHIP_LIMIT_BYTES = 30_000_000
 CKPT_FILES = ("config.json", "model.safetensors", "train_config.json")
 
