@@ -233,4 +233,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from harness.process.failures import run_command
+
+    sys.exit(run_command("lerobot_eval_reference", main))

@@ -251,4 +251,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.path.insert(0, str(ROOT))
+    from harness.process.failures import run_command
+
+    sys.exit(run_command("train_lerobot_policy", main))
