@@ -104,11 +104,14 @@ def final_loss(log: Path) -> tuple[int, float] | None:
 
 
 def export(trained: Path, ship: Path) -> dict[str, object]:
-    """Copy a `pretrained_model/` dir to `ship`, the weights as float16 if fp32 is over the limit."""
+    """Copy a `pretrained_model/` dir to `ship`, the weights as float16 if fp32 is over the limit.
+    Built beside `ship` and swapped in only when complete: a failed export keeps the shipped one."""
     from safetensors.torch import load_file, save_file
 
-    if ship.exists():
-        shutil.rmtree(ship)
+    if not (trained / "model.safetensors").is_file():
+        raise FileNotFoundError(f"{trained}: no model.safetensors to export (has lerobot-train finished?)")
+    final, ship = ship, ship.with_name(f".{ship.name}.export")
+    shutil.rmtree(ship, ignore_errors=True)
     ship.mkdir(parents=True)
     for path in trained.iterdir():
         if path.name.startswith("policy_") or path.name in CKPT_FILES:
@@ -124,6 +127,8 @@ def export(trained: Path, ship: Path) -> dict[str, object]:
     else:
         deviation = 0.0
     size = sum(p.stat().st_size for p in ship.iterdir())
+    shutil.rmtree(final, ignore_errors=True)
+    ship.rename(final)
     return {"stored": stored, "fp16_max_action_diff": deviation, "bytes": size}
 
 

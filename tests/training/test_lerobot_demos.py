@@ -82,3 +82,20 @@ def test_a_recorded_episode_is_what_lerobots_env_returns_for_its_seed(tmp_path: 
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "replayed" in done.stdout
+
+
+def test_a_failed_export_keeps_the_shipped_checkpoint(tmp_path: Path) -> None:
+    """scripts/train_lerobot_policy.py --export-only with nothing trained: one error line naming the
+    missing weights, and the shipped checkpoint it would replace is left as it was."""
+    python = Path(os.environ.get("LEROBOT_PY") or REPO / "envs" / "lerobot" / "bin" / "python")
+    if not python.exists():
+        pytest.skip(f"{python}: no LeRobot env (scripts/setup.sh makes it)")
+    ship = tmp_path / "shipped"
+    ship.mkdir()
+    (ship / "model.safetensors").write_bytes(b"the shipped weights")
+    argv = [str(python), str(REPO / "scripts" / "train_lerobot_policy.py"), "--export-only",
+            "--out", str(tmp_path / "never-trained"), "--ship", str(ship)]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode != 0 and "no model.safetensors to export" in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert (ship / "model.safetensors").read_bytes() == b"the shipped weights"
