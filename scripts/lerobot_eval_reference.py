@@ -159,11 +159,12 @@ def scripted_expert(vec_env: Any) -> Any:
     from lerobot.configs.policies import PreTrainedConfig
     from lerobot.policies.pretrained import PreTrainedPolicy
 
+    def untrainable(*_: Any) -> Any:  # LeRobot's abstract training hooks: a scripted policy has none
+        raise TypeError("the MetaWorld scripted expert is evaluated, never trained")
+
     class ExpertConfig(PreTrainedConfig):
         observation_delta_indices = action_delta_indices = reward_delta_indices = None
-
-        def get_optimizer_preset(self) -> Any:
-            raise NotImplementedError("the scripted expert is not trained")
+        get_optimizer_preset = untrainable
 
         def get_scheduler_preset(self) -> Any:
             return None
@@ -188,11 +189,7 @@ def scripted_expert(vec_env: Any) -> Any:
         def predict_action_chunk(self, batch: dict, **kwargs: Any) -> torch.Tensor:
             return self.select_action(batch)[:, None]
 
-        def forward(self, batch: dict) -> Any:
-            raise NotImplementedError("the scripted expert is not trained")
-
-        def get_optim_params(self) -> dict:
-            raise NotImplementedError("the scripted expert is not trained")
+        forward = get_optim_params = untrainable
 
     return ScriptedExpert()
 
